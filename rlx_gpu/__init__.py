@@ -1,0 +1,18 @@
+"""rlx_gpu: deep-learning optimizers as WGSL compute shaders on any WebGPU adapter.
+
+GPU optimizers: :class:`Adam`, :class:`AdamW`, :class:`SGD`, :class:`RMSprop`, :class:`Adagrad`,
+:class:`LAMB`. NumPy twins with the same API: :mod:`rlx_gpu.reference`.
+"""
+from . import reference
+from .adagrad import Adagrad
+from .adam import Adam, AdamW
+from .arena import DeviceTensor
+from .device import Device, NoAdapterError, adapters, get_device
+from .lamb import LAMB
+from .optimizer import Optimizer
+from .rmsprop import RMSprop
+from .sgd import SGD
+
+__version__ = "0.1.0"
+__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "Optimizer", "DeviceTensor", "Device", "NoAdapterError",
+           "adapters", "get_device", "reference"]

@@ -1,0 +1,155 @@
+"""Parameter groups, hyperparameter validation, grad and state-dict checks.
+
+Shared by the GPU optimizers and their NumPy twins, so both accept and reject exactly the same input
+with the same words (torch.optim's, where torch has a message for it).
+"""
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import numpy as np
+
+# torch.optim's messages for the hyperparameters it checks; others read "Invalid <name> value: v".
+_MESSAGES = {
+    "lr": "Invalid learning rate",
+    "eps": "Invalid epsilon value",
+}
+# Hyperparameters that may be negative (still finite).
+_SIGNED = {"dampening"}
+
+
+def _bad(name: str, value) -> ValueError:
+    return ValueError(f"{_MESSAGES.get(name, f'Invalid {name} value')}: {value}")
+
+
+def validate_group(owner: str, group: dict, defaults: dict) -> None:
+    """Check every hyperparameter of ``group`` against the type and range its default implies."""
+    for name, default in defaults.items():
+        v = group[name]
+        if isinstance(default, bool):
+            if not isinstance(v, (bool, np.bool_)):
+                raise TypeError(f"{owner}: {name} must be True or False, got {v!r}")
+        elif isinstance(default, tuple):
+            if not isinstance(v, (tuple, list)) or len(v) != len(default):
+                raise ValueError(f"{owner}: {name} must be a pair of numbers, got {v!r}")
+            for i, b in enumerate(v):
+                if not isinstance(b, Real) or isinstance(b, bool) or not (0.0 <= b < 1.0):
+                    raise ValueError(f"Invalid beta parameter at index {i}: {b}")
+        elif isinstance(default, Real):
+            if not isinstance(v, Real) or isinstance(v, bool):
+                raise TypeError(f"{owner}: {name} must be a number, got {v!r}")
+            if not math.isfinite(v) or (name not in _SIGNED and not v >= 0.0):
+                raise _bad(name, v)
+
+
+def parse_params(owner: str, params, defaults: dict):
+    """``params`` (dict of arrays, or list of group dicts) -> (groups, {name: float32 array copy}).
+
+    Each group is a dict of hyperparameters plus ``"params"``: the list of its tensor names.
+    """
+    if isinstance(params, dict):
+        raw = [{"params": params}]
+    elif isinstance(params, (list, tuple)):
+        raw = list(params)
+    else:
+        raise TypeError(f"{owner}: params must be a dict name -> array or a list of param-group dicts, "
+                        f"got {type(params).__name__}")
+    groups, arrays = [], {}
+    for gi, g in enumerate(raw):
+        if not isinstance(g, dict) or "params" not in g or not isinstance(g["params"], dict):
+            raise TypeError(f"{owner}: param group {gi} must be a dict with a 'params' dict name -> array")
+        unknown = set(g) - set(defaults) - {"params"}
+        if unknown:
+            raise ValueError(f"{owner}: param group {gi} has unknown option(s) {sorted(unknown)}; "
+                             f"known: {sorted(defaults)}")
+        names = []
+        for name, a in g["params"].items():
+            if not isinstance(name, str):
+                raise TypeError(f"{owner}: tensor names must be strings, got {name!r}")
+            if name in arrays:
+                raise ValueError(f"{owner}: tensor {name!r} appears more than once in the params")
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"{owner}: tensor {name!r} must be a numpy float32 array, got {type(a).__name__}")
+            if a.dtype != np.float32:
+                raise TypeError(f"{owner}: tensor {name!r} has dtype {a.dtype}, expected float32")
+            arrays[name] = np.array(a, np.float32, copy=True, order="C")
+            names.append(name)
+        group = {k: (tuple(v) if isinstance(v, list) else v) for k, v in defaults.items()}
+        group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in g.items() if k != "params"})
+        validate_group(owner, group, defaults)
+        group["params"] = names
+        groups.append(group)
+    if not arrays:
+        raise ValueError(f"{owner} got an empty parameter list")
+    return groups, arrays
+
+
+def check_grads(owner: str, grads, shapes: dict, device_tensor_type=None, device=None) -> dict:
+    """Validate a ``step(grads)`` dict before anything changes; returns it."""
+    if not isinstance(grads, dict):
+        raise TypeError(f"{owner}.step: grads must be a dict name -> array, got {type(grads).__name__}")
+    for name, g in grads.items():
+        if name not in shapes:
+            raise KeyError(f"{owner}.step: grad for unknown tensor {name!r}")
+        want = shapes[name]
+        if device_tensor_type is not None and isinstance(g, device_tensor_type):
+            if g.device.device is not device.device:
+                raise ValueError(f"{owner}.step: grad for {name!r} lives on another device ({g.device.name})")
+            shape = g.shape
+        elif isinstance(g, np.ndarray):
+            if g.dtype != np.float32:
+                raise TypeError(f"{owner}.step: grad for {name!r} has dtype {g.dtype}, expected float32")
+            shape = g.shape
+        else:
+            raise TypeError(f"{owner}.step: grad for {name!r} must be a float32 numpy array"
+                            f"{' or DeviceTensor' if device_tensor_type else ''}, got {type(g).__name__}")
+        if tuple(shape) != tuple(want):
+            raise ValueError(f"{owner}.step: grad for {name!r} has shape {tuple(shape)}, expected {tuple(want)}")
+    return grads
+
+
+def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tuple, defaults: dict):
+    """Validate a state dict fully before anything is loaded; returns (state, new hyperparameters)."""
+    if not isinstance(sd, dict) or "state" not in sd or "param_groups" not in sd:
+        raise ValueError(f"{owner}.load_state_dict: expected a dict with 'state' and 'param_groups'")
+    pgs = sd["param_groups"]
+    if len(pgs) != len(groups):
+        raise ValueError(f"{owner}.load_state_dict: state dict has {len(pgs)} param groups, optimizer has {len(groups)}")
+    hypers = []
+    for i, (pg, g) in enumerate(zip(pgs, groups)):
+        if list(pg.get("params", [])) != list(g["params"]):
+            raise ValueError(f"{owner}.load_state_dict: param group {i} holds {list(pg.get('params', []))}, "
+                             f"optimizer's group {i} holds {g['params']}")
+        h = {k: (tuple(pg[k]) if isinstance(pg.get(k), list) else pg.get(k, g[k])) for k in defaults}
+        validate_group(owner, h, defaults)
+        hypers.append(h)
+    state = {}
+    for name, st in sd["state"].items():
+        if name not in shapes:
+            raise KeyError(f"{owner}.load_state_dict: state for unknown tensor {name!r}")
+        if not isinstance(st, dict) or "step" not in st:
+            raise ValueError(f"{owner}.load_state_dict: state for {name!r} must be a dict with 'step'")
+        step = st["step"]
+        if isinstance(step, np.ndarray) and step.size == 1:
+            step = step.item()
+        if isinstance(step, float) and step.is_integer():
+            step = int(step)
+        if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step < 0:
+            raise ValueError(f"{owner}.load_state_dict: 'step' of {name!r} must be an int >= 0, got {step!r}")
+        out = {"step": int(step)}
+        for k, v in st.items():
+            if k == "step":
+                continue
+            if k not in state_names:
+                raise ValueError(f"{owner}.load_state_dict: unknown state {k!r} for {name!r}; "
+                                 f"expected some of {list(state_names)}")
+            a = np.asarray(v)
+            if a.dtype != np.float32:
+                raise TypeError(f"{owner}.load_state_dict: {k} of {name!r} has dtype {a.dtype}, expected float32")
+            if a.shape != tuple(shapes[name]):
+                raise ValueError(f"{owner}.load_state_dict: {k} of {name!r} has shape {a.shape}, "
+                                 f"expected {tuple(shapes[name])}")
+            out[k] = a
+        state[name] = out
+    return state, hypers

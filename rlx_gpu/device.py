@@ -1,0 +1,205 @@
+"""Adapter and device selection, and the one place that talks to wgpu's device object.
+
+``get_device(selector)`` returns a cached :class:`Device` for the adapter the selector picks:
+``None`` (the ``RLX_GPU_ADAPTER`` environment variable, else the best adapter), a backend name
+(``"vulkan"``, ``"metal"``, ``"dx12"``, ``"gl"``), ``"cpu"`` for a CPU adapter, ``"gpu"`` for any
+hardware adapter, or a case-insensitive substring of the adapter's name. The device is requested
+with the adapter's real limits (storage binding size, buffer size, storage buffers per stage, ...),
+not wgpu's small defaults.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+__all__ = ["Device", "NoAdapterError", "adapters", "get_device"]
+
+_INSTALL_HINT = (
+    "rlx_gpu needs a WebGPU adapter (Vulkan, Metal or DX12). On a machine without a GPU, install a "
+    "CPU Vulkan driver: on Debian/Ubuntu `apt-get install -y libvulkan1 mesa-vulkan-drivers` "
+    "(llvmpipe); on Fedora `dnf install mesa-vulkan-drivers`."
+)
+
+# Limits we ask for at the adapter's own value (wgpu's defaults are far smaller).
+_LIMITS = (
+    "max-storage-buffer-binding-size",
+    "max-buffer-size",
+    "max-storage-buffers-per-shader-stage",
+    "max-compute-workgroups-per-dimension",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroup-size-x",
+    "max-compute-workgroup-storage-size",
+    "min-storage-buffer-offset-alignment",
+    "max-bind-groups",
+)
+_FEATURES = ("timestamp-query",)
+_BACKENDS = {"vulkan": "Vulkan", "metal": "Metal", "dx12": "D3D12", "d3d12": "D3D12", "gl": "OpenGL",
+             "opengl": "OpenGL", "gles": "OpenGL"}
+_TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "Unknown": 3, "CPU": 4}
+_BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
+
+
+class NoAdapterError(RuntimeError):
+    """Raised when no WebGPU adapter matches (or none exists at all)."""
+
+
+def _wgpu():
+    try:
+        import wgpu
+    except ImportError as e:  # pragma: no cover - wgpu is a hard dependency
+        raise NoAdapterError(f"wgpu (wgpu-py) is not importable: {e}. pip install wgpu") from e
+    return wgpu
+
+
+def _enumerate():
+    try:
+        return list(_wgpu().gpu.enumerate_adapters_sync())
+    except Exception as e:  # the native library found no Vulkan/Metal/DX12 loader at all
+        raise NoAdapterError(f"no WebGPU adapter could be enumerated ({e}). {_INSTALL_HINT}") from e
+
+
+def _describe(a) -> dict:
+    info = a.info
+    return {
+        "name": info.get("device", ""),
+        "vendor": info.get("vendor", ""),
+        "backend": info.get("backend_type", ""),
+        "type": info.get("adapter_type", ""),
+        "driver": info.get("description", ""),
+    }
+
+
+def adapters() -> list[dict]:
+    """List the WebGPU adapters present, best first, as dicts (name, vendor, backend, type, driver)."""
+    return [_describe(a) for a in _ranked(_enumerate())]
+
+
+def _ranked(found):
+    def key(a):
+        d = _describe(a)
+        return (_TYPE_RANK.get(d["type"], 3), _BACKEND_RANK.get(d["backend"], 1))
+    return sorted(found, key=key)
+
+
+def _select(selector: str | None):
+    found = _ranked(_enumerate())
+    if not found:
+        raise NoAdapterError(f"no WebGPU adapter found. {_INSTALL_HINT}")
+    if not selector:
+        return found[0]
+    s = selector.strip().lower()
+    if s in ("cpu",):
+        cands = [a for a in found if _describe(a)["type"] == "CPU"]
+    elif s in ("gpu",):
+        cands = [a for a in found if _describe(a)["type"] != "CPU"]
+    elif s in _BACKENDS:
+        cands = [a for a in found if _describe(a)["backend"] == _BACKENDS[s]]
+    else:
+        cands = [a for a in found if s in _describe(a)["name"].lower()]
+    if not cands:
+        have = "; ".join(f"{d['name']} ({d['backend']}, {d['type']})" for d in map(_describe, found))
+        raise NoAdapterError(
+            f"no adapter matches {selector!r} (from the device argument or RLX_GPU_ADAPTER). "
+            f"Adapters present: {have}. Use a backend (vulkan, metal, dx12, gl), 'cpu', 'gpu' or part of a name."
+        )
+    return cands[0]
+
+
+class Device:
+    """A wgpu device with its limits, a pipeline cache and helpers for buffers.
+
+    ``max_storage_binding`` may be lowered (never raised) to force arena chunking, e.g. in tests.
+    """
+
+    def __init__(self, adapter, *, _device=None, _shared=None, max_storage_binding: int | None = None):
+        wgpu = _wgpu()
+        self.adapter = adapter
+        self.info = _describe(adapter)
+        if _device is None:
+            lim = adapter.limits
+            required = {k: lim[k] for k in _LIMITS if k in lim}
+            feats = [f for f in _FEATURES if f in adapter.features]
+            _device = adapter.request_device_sync(required_features=feats, required_limits=required)
+        self.wgpu = wgpu
+        self.device = _device
+        self.queue = _device.queue
+        self.limits = dict(_device.limits)
+        self.features = set(_device.features)
+        binding = min(self.limits["max-storage-buffer-binding-size"], self.limits["max-buffer-size"])
+        if max_storage_binding is not None:
+            binding = min(binding, int(max_storage_binding))
+        self.max_storage_binding = binding
+        # Tensor offsets inside arenas: the storage-offset alignment, at least 16 bytes (one vec4).
+        self.alignment = max(16, int(self.limits["min-storage-buffer-offset-alignment"]))
+        self.max_workgroups = int(self.limits["max-compute-workgroups-per-dimension"])
+        # Shared between views of the same wgpu device (pipelines, tuned kernel parameters).
+        self._shared = _shared if _shared is not None else {"pipelines": {}, "lock": threading.Lock()}
+
+    def __repr__(self):
+        return f"<rlx_gpu.Device {self.info['name']} ({self.info['backend']}, {self.info['type']})>"
+
+    @property
+    def name(self) -> str:
+        return self.info["name"]
+
+    def with_binding_cap(self, max_storage_binding: int) -> "Device":
+        """A view of this device whose arenas are chunked at ``max_storage_binding`` bytes."""
+        return Device(self.adapter, _device=self.device, _shared=self._shared,
+                      max_storage_binding=max_storage_binding)
+
+    # -- buffers -----------------------------------------------------------------------------
+    def buffer(self, size: int, label: str, *, usage=None, data: np.ndarray | None = None):
+        """A storage buffer of ``size`` bytes (rounded up to 16), zero-filled or holding ``data``."""
+        u = self.wgpu.BufferUsage
+        usage = usage if usage is not None else (u.STORAGE | u.COPY_SRC | u.COPY_DST)
+        size = max(16, -(-int(size) // 16) * 16)
+        try:
+            buf = self.device.create_buffer(size=size, usage=usage, label=label)
+        except Exception as e:
+            raise MemoryError(f"rlx_gpu: could not allocate {size} bytes for {label!r} on {self.name}: {e}") from e
+        if data is not None and data.nbytes:
+            self.queue.write_buffer(buf, 0, np.ascontiguousarray(data))
+        return buf
+
+    def read(self, buf, offset: int = 0, size: int | None = None) -> np.ndarray:
+        """Read ``size`` bytes of ``buf`` from ``offset`` back to the host, as a uint8 array."""
+        if size == 0:
+            return np.zeros(0, np.uint8)
+        return np.frombuffer(self.queue.read_buffer(buf, offset, size), np.uint8)
+
+    def submit(self, encoder):
+        self.queue.submit([encoder.finish()])
+
+    def sync(self):
+        """Wait until the GPU has finished all submitted work."""
+        self.queue.on_submitted_work_done_sync()
+
+
+_cache: dict = {}
+_cache_lock = threading.Lock()
+
+
+def get_device(selector: "str | Device | None" = None) -> Device:
+    """The cached :class:`Device` for ``selector`` (see the module docstring)."""
+    if isinstance(selector, Device):
+        return selector
+    if selector is not None and not isinstance(selector, str):
+        raise TypeError(f"device must be None, a string or an rlx_gpu.Device, got {type(selector).__name__}")
+    if not selector:
+        selector = os.environ.get("RLX_GPU_ADAPTER") or None
+    key = (selector or "").strip().lower()
+    with _cache_lock:
+        dev = _cache.get(key)
+        if dev is None:
+            adapter = _select(selector)
+            # One wgpu device per adapter, whichever selector reached it.
+            for other in _cache.values():
+                if other.adapter is adapter or other.info == _describe(adapter):
+                    dev = other
+                    break
+            else:
+                dev = Device(adapter)
+            _cache[key] = dev
+        return dev

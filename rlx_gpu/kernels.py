@@ -1,0 +1,139 @@
+"""WGSL loading and the per-device pipeline cache.
+
+Shaders live in ``shaders/*.wgsl`` (shipped in the wheel as ``rlx_gpu/shaders``). The only templating
+is a line ``// #include "name.wgsl"``, replaced by that file's text; a missing file fails loudly.
+Everything tunable is a WGSL ``override`` constant set at pipeline creation. The binding layout of a
+shader is read from its ``@group(0) @binding(N) var<storage, MODE> NAME`` declarations, so buffers are
+bound by name and Python never repeats the layout.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+__all__ = ["shader_dir", "shader_files", "load_source", "bindings", "Kernel", "get_kernel"]
+
+_INCLUDE = re.compile(r'^[ \t]*//[ \t]*#include[ \t]+"([\w.\-]+)"[ \t]*$', re.M)
+_BINDING = re.compile(
+    r"@group\(0\)\s*@binding\((\d+)\)\s*var<storage\s*,\s*(read|read_write)\s*>\s*(\w+)\s*:")
+_ENTRY = re.compile(r"@compute\s+@workgroup_size\([^)]*\)\s*fn\s+(\w+)")
+
+
+def shader_dir() -> Path:
+    """The folder holding the shipped ``.wgsl`` files (inside the installed package, else the checkout)."""
+    here = Path(__file__).resolve().parent
+    for cand in (here / "shaders", here.parent / "shaders"):
+        if cand.is_dir() and any(cand.glob("*.wgsl")):
+            return cand
+    raise FileNotFoundError(f"rlx_gpu: no shaders folder next to {here} (looked in rlx_gpu/shaders and shaders/)")
+
+
+def shader_files() -> list[Path]:
+    """Every optimizer shader the package ships (include-only files such as common.wgsl excluded)."""
+    return sorted(p for p in shader_dir().glob("*.wgsl") if _ENTRY.search(p.read_text()))
+
+
+@functools.lru_cache(maxsize=None)
+def load_source(name: str) -> str:
+    """The WGSL source of ``name`` with its includes resolved, exactly as the runtime compiles it."""
+    path = shader_dir() / name
+    if not path.is_file():
+        raise FileNotFoundError(f"rlx_gpu: shader {name!r} not found in {shader_dir()}")
+    text = path.read_text()
+
+    def sub(m):
+        return f"// ---- begin {m.group(1)} ----\n{load_source(m.group(1))}\n// ---- end {m.group(1)} ----"
+
+    return _INCLUDE.sub(sub, text)
+
+
+def bindings(source: str) -> dict[str, tuple[int, bool]]:
+    """``name -> (binding index, read_only)`` for every group-0 storage binding in ``source``."""
+    out = {}
+    for idx, mode, name in _BINDING.findall(source):
+        out[name] = (int(idx), mode == "read")
+    return out
+
+
+def entry_points(source: str) -> list[str]:
+    return _ENTRY.findall(source)
+
+
+class Kernel:
+    """One compute pipeline (shader file + entry point + override constants) on one device."""
+
+    def __init__(self, device, shader: str, entry: str, constants: dict):
+        wgpu = device.wgpu
+        self.device, self.shader, self.entry = device, shader, entry
+        self.constants = dict(constants)
+        src = load_source(shader)
+        self.bindings = bindings(src)
+        d = device.device
+        try:
+            module = d.create_shader_module(code=src, label=shader)
+            entries = [
+                {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
+                 "buffer": {"type": wgpu.BufferBindingType.read_only_storage if ro
+                            else wgpu.BufferBindingType.storage}}
+                for i, ro in sorted(self.bindings.values())
+            ]
+            self.layout = d.create_bind_group_layout(entries=entries, label=shader)
+            playout = d.create_pipeline_layout(bind_group_layouts=[self.layout], label=shader)
+            self.pipeline = d.create_compute_pipeline(
+                layout=playout, label=f"{shader}:{entry}",
+                compute={"module": module, "entry_point": entry, "constants": self.constants})
+        except Exception as e:
+            raise RuntimeError(f"rlx_gpu: shader {shader!r} entry {entry!r} failed to compile: {e}") from e
+
+    def bind(self, buffers: dict):
+        """A bind group from ``{binding name: buffer or (buffer, offset, size)}``; every binding must be given."""
+        missing = set(self.bindings) - set(buffers)
+        if missing:
+            raise KeyError(f"rlx_gpu: {self.shader}: no buffer for binding(s) {sorted(missing)}")
+        entries = []
+        for name, (idx, _) in self.bindings.items():
+            b = buffers[name]
+            if isinstance(b, tuple):
+                buf, off, size = b
+                entries.append({"binding": idx, "resource": {"buffer": buf, "offset": off, "size": size}})
+            else:
+                entries.append({"binding": idx, "resource": {"buffer": b, "offset": 0, "size": b.size}})
+        try:
+            return self.device.device.create_bind_group(layout=self.layout, entries=entries,
+                                                        label=f"{self.shader}:{self.entry}")
+        except Exception as e:
+            raise RuntimeError(f"rlx_gpu: {self.shader}: binding buffers failed: {e}") from e
+
+    def dispatch(self, encoder, bind_group, groups: int):
+        """Record ``groups`` workgroups (a 2-D grid past the per-dimension limit; kernels flatten it)."""
+        if groups <= 0:
+            return
+        x, y = grid(groups, self.device.max_workgroups)
+        p = encoder.begin_compute_pass()
+        p.set_pipeline(self.pipeline)
+        p.set_bind_group(0, bind_group)
+        p.dispatch_workgroups(x, y, 1)
+        p.end()
+
+
+def grid(groups: int, limit: int) -> tuple[int, int]:
+    """Split ``groups`` workgroups into an (x, y) grid with x, y <= limit; kernels skip ids >= groups."""
+    x = min(groups, limit)
+    y = -(-groups // x)
+    if y > limit:
+        raise ValueError(f"rlx_gpu: {groups} workgroups exceed the adapter's {limit}x{limit} grid")
+    return x, y
+
+
+def get_kernel(device, shader: str, entry: str, **constants) -> Kernel:
+    """The cached :class:`Kernel`; compiled once per (device, shader, entry, constants)."""
+    key = (shader, entry, tuple(sorted(constants.items())))
+    cache = device._shared["pipelines"]
+    k = cache.get(key)
+    if k is None:
+        with device._shared["lock"]:
+            k = cache.get(key)
+            if k is None:
+                k = cache[key] = Kernel(device, shader, entry, constants)
+    return k

@@ -1,0 +1,249 @@
+"""The one GPU optimizer base: param groups, arenas, the scalar buffer, dispatch, state dicts.
+
+A family module subclasses :class:`Optimizer` with ``spec`` (its NumPy twin class, which holds the
+defaults, state names and validation), ``shader`` and ``_fill``: the per-tensor scalars of the record
+its kernel reads from the ``hyper`` buffer (layout in ``shaders/common.wgsl``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._groups import check_grads, check_state_dict, parse_params
+from .arena import Arena, DeviceTensor, Layout
+from .device import get_device
+from .kernels import get_kernel
+
+__all__ = ["Optimizer"]
+
+REC = 16  # words per tensor record in the hyper buffer (see shaders/common.wgsl)
+ACTIVE, MAXIMIZE = 1, 2
+
+
+class Optimizer:
+    """Base class of the GPU optimizers. Not used directly."""
+
+    spec = None         # the NumPy twin class: defaults, state names, validation
+    shader: str = ""    # shaders/<family>.wgsl
+    entries = ("step",)  # kernels run per chunk, in order, each step
+    WG, EPT = 256, 2     # workgroup size, vec4s per thread; a block is WG*EPT*4 elements
+
+    def __init__(self, params, *, device=None, **hyper):
+        name = type(self).__name__
+        spec = self.spec
+        self.defaults = {**spec.defaults, **hyper}
+        self.param_groups, arrays = parse_params(name, params, self.defaults)
+        for g in self.param_groups:
+            spec.validate(g)
+        self.device = dev = get_device(device)
+        self._names = list(arrays)
+        self._index = {n: i for i, n in enumerate(self._names)}
+        self._shapes = {n: a.shape for n, a in arrays.items()}
+        self._group_of = np.array([gi for gi, g in enumerate(self.param_groups) for _ in g["params"]])
+        order = [n for g in self.param_groups for n in g["params"]]
+        assert order == self._names
+        align = dev.alignment // 4
+        chunk = (dev.max_storage_binding // 4) // align * align
+        self.layout = Layout([a.size for a in arrays.values()], align_elems=align, chunk_elems=chunk,
+                             block=self.WG * self.EPT * 4)
+        self._param = Arena(dev, self.layout, f"{name}.params")
+        self._grad = Arena(dev, self.layout, f"{name}.grads")
+        for i, a in enumerate(arrays.values()):
+            self._param.write(i, a)
+        self.params = {n: DeviceTensor(self._param, i, n, self._shapes[n]) for i, n in enumerate(self._names)}
+        self.grads = {n: DeviceTensor(self._grad, i, n, self._shapes[n]) for i, n in enumerate(self._names)}
+        self._state: dict[str, Arena] = {}
+        self._dummies: dict[str, object] = {}
+        self._steps = np.zeros(len(self._names), np.int64)
+        self._materialized = [set() for _ in self._names]
+        self._hyper = dev.buffer(4 * REC * len(self._names), f"{name}.hyper")
+        self._blocks = [dev.buffer(b.nbytes, f"{name}.blocks[{c}]", data=b) for c, b in enumerate(self.layout.blocks)]
+        self._binds: dict = {}
+        if spec.eager_state:
+            for s in spec.eager_state:
+                self._ensure(s)
+            self._reset_state(range(len(self._names)))
+        self._kernels = {e: get_kernel(dev, self.shader, e, WG=self.WG, EPT=self.EPT) for e in self.entries}
+
+    # -- state arenas ----------------------------------------------------------------------------
+    def _ensure(self, s: str) -> Arena:
+        if s not in self._state:
+            self._state[s] = Arena(self.device, self.layout, f"{type(self).__name__}.{s}")
+            self._binds.clear()
+        return self._state[s]
+
+    def _reset_state(self, tensors):
+        """Tensors back to step 0 with only their eager state, at its initial value."""
+        for t in tensors:
+            self._steps[t] = 0
+            g = self.param_groups[self._group_of[t]]
+            self._materialized[t] = set(self.spec.eager_state)
+            for s, arena in self._state.items():
+                v = self.spec.init_value(s, g) if s in self.spec.eager_state else 0.0
+                arena.fill(t, v)
+
+    def _buffers(self, chunk: int) -> dict:
+        """Buffers by binding name for one chunk (missing state arenas bound to a tiny dummy)."""
+        out = {"hyper": self._hyper, "blocks": self._blocks[chunk], "param": self._param.buffers[chunk],
+               "grad": self._grad.buffers[chunk]}
+        for s in self.spec.all_state_names:
+            if s in self._state:
+                out[s] = self._state[s].buffers[chunk]
+            else:
+                if s not in self._dummies:
+                    self._dummies[s] = self.device.buffer(16, f"unused {s}")
+                out[s] = self._dummies[s]
+        return out
+
+    def _bind(self, entry: str, chunk: int):
+        key = (entry, chunk)
+        if key not in self._binds:
+            k = self._kernels[entry]
+            bufs = self._buffers(chunk)
+            self._binds[key] = k.bind({n: bufs[n] for n in k.bindings})
+        return self._binds[key]
+
+    # -- the step --------------------------------------------------------------------------------
+    def set_lr(self, lr: float) -> None:
+        """Set the learning rate of every param group (takes effect at the next step)."""
+        for g in self.param_groups:
+            g["lr"] = lr
+
+    def zero_grad(self) -> None:
+        """Zero the device gradient slots."""
+        enc = self.device.device.create_command_encoder()
+        self._grad.clear(enc)
+        self.device.submit(enc)
+
+    def step(self, grads=None) -> None:
+        """One optimizer step.
+
+        ``grads``: dict name -> float32 ndarray or DeviceTensor; a missing name means "no gradient" (that
+        tensor, its state and its step count stay as they are). ``None`` steps every tensor using the
+        device gradient slots ``self.grads``. Everything is checked before any GPU work.
+        """
+        name = type(self).__name__
+        for g in self.param_groups:
+            self.spec.validate(g)
+        n = len(self._names)
+        if grads is None:
+            active = np.ones(n, bool)
+        else:
+            check_grads(name, grads, self._shapes, DeviceTensor, self.device)
+            active = np.zeros(n, bool)
+            active[[self._index[k] for k in grads]] = True
+        enc = self.device.device.create_command_encoder()
+        if grads is not None:
+            for k, g in grads.items():
+                i = self._index[k]
+                if isinstance(g, DeviceTensor):
+                    if g._arena is self._grad and g._index == i:
+                        continue
+                    src, dst = g.bindings(), self.grads[k].bindings()
+                    if [b["size"] for b in src] == [b["size"] for b in dst]:
+                        for s, d in zip(src, dst):
+                            enc.copy_buffer_to_buffer(s["buffer"], s["offset"], d["buffer"], d["offset"], s["size"])
+                    else:
+                        self._grad.write(i, g.numpy())
+                else:
+                    self._grad.write(i, g)
+        fresh = [set() for _ in range(n)]
+        for t in np.flatnonzero(active):
+            for s in self.spec.state_names(self.param_groups[self._group_of[t]]):
+                self._ensure(s)
+                if s not in self._materialized[t]:
+                    fresh[t].add(s)
+        steps = self._steps + active
+        self._write_records(active, steps, fresh)
+        self._encode(enc)
+        try:
+            self.device.submit(enc)
+        except Exception as e:
+            raise RuntimeError(f"rlx_gpu: {name} step ({self.shader}) failed on {self.device.name}: {e}") from e
+        self._steps = steps
+        for t in np.flatnonzero(active):
+            self._materialized[t] |= fresh[t]
+
+    def _write_records(self, active, steps, fresh):
+        n = len(self._names)
+        vals = np.zeros((n, REC), np.float64)
+        flags = np.zeros(n, np.uint32)
+        for gi, g in enumerate(self.param_groups):
+            sel = np.flatnonzero(self._group_of == gi)
+            if not len(sel):
+                continue
+            sub = np.zeros((len(sel), REC), np.float64)
+            f = self._fill(g, steps[sel].astype(np.float64), [fresh[t] for t in sel], sub)
+            flags[sel] = np.asarray(f, np.uint32) | (MAXIMIZE if g.get("maximize") else 0)
+            vals[sel] = sub
+        words = vals.astype(np.float32).view(np.uint32)
+        words[:, 0] = flags | np.where(active, ACTIVE, 0).astype(np.uint32)
+        words[:, 14] = self.layout.first_block
+        words[:, 15] = self.layout.num_blocks
+        self.device.queue.write_buffer(self._hyper, 0, np.ascontiguousarray(words))
+
+    def _fill(self, group: dict, t: np.ndarray, fresh: list, rec: np.ndarray):
+        """Fill ``rec[:, 1:14]`` (float64, one row per tensor of ``group`` at steps ``t``); return flags."""
+        raise NotImplementedError
+
+    def _encode(self, enc) -> None:
+        """Record this step's dispatches: each entry over every chunk's blocks."""
+        for e in self.entries:
+            k = self._kernels[e]
+            for c, b in enumerate(self.layout.blocks):
+                k.dispatch(enc, self._bind(e, c), len(b))
+
+    # -- state dicts -----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """``{"state": {name: {"step", <state buffers>}}, "param_groups": [...]}`` with NumPy arrays."""
+        host = {s: a.read_all() for s, a in self._state.items()}
+        state = {}
+        for t, n in enumerate(self._names):
+            if self._steps[t] == 0 and not self._materialized[t]:
+                continue
+            st = {"step": int(self._steps[t])}
+            for s in self.spec.all_state_names:
+                if s in self._materialized[t]:
+                    st[s] = self.layout.gather(host[s], t, self._shapes[n])
+            state[n] = st
+        groups = [dict({k: v for k, v in g.items() if k != "params"}, params=list(g["params"]))
+                  for g in self.param_groups]
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore a state dict (from this class or its NumPy twin); checked fully before anything changes."""
+        name = type(self).__name__
+        state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes, self.spec.all_state_names,
+                                         self.defaults)
+        for h in hypers:
+            self.spec.check(h)
+        for st in state.values():
+            for s in st:
+                if s != "step":
+                    self._ensure(s)
+        for g, h in zip(self.param_groups, hypers):
+            g.update(h)
+        # Whole chunks are assembled on the host and uploaded once per state buffer.
+        for s, arena in self._state.items():
+            chunks = [np.zeros(c, np.float32) for c in self.layout.chunk_elems]
+            for t, n in enumerate(self._names):
+                st = state.get(n)
+                if st is not None and s in st:
+                    v = st[s]
+                elif s in self.spec.eager_state and st is None:
+                    v = np.full(self._shapes[n], self.spec.init_value(s, self.param_groups[self._group_of[t]]),
+                                np.float32)
+                else:
+                    continue
+                flat = v.reshape(-1)
+                for (c, off, ln, toff) in self.layout.pieces[t]:
+                    chunks[c][off:off + ln] = flat[toff:toff + ln]
+            for buf, host in zip(arena.buffers, chunks):
+                self.device.queue.write_buffer(buf, 0, host)
+        for t, n in enumerate(self._names):
+            st = state.get(n)
+            if st is None:
+                self._steps[t] = 0
+                self._materialized[t] = set(self.spec.eager_state)
+            else:
+                self._steps[t] = st["step"]
+                self._materialized[t] = {k for k in st if k != "step"}

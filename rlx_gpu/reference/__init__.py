@@ -1,0 +1,11 @@
+"""NumPy twins of every GPU optimizer: same constructor, ``step``, ``params``, ``param_groups``,
+``state_dict`` and ``load_state_dict``, in float32 following torch.optim's order of operations.
+They are the specification the GPU kernels are tested against."""
+from .adagrad import Adagrad
+from .adam import Adam, AdamW
+from .base import ReferenceOptimizer
+from .lamb import LAMB
+from .rmsprop import RMSprop
+from .sgd import SGD
+
+__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "ReferenceOptimizer"]

@@ -1,0 +1,66 @@
+"""NumPy twins of Adam and AdamW (torch.optim semantics, torch's order of float32 operations).
+
+    g = -g if maximize;  Adam: g += wd*p  |  AdamW: p *= 1 - lr*wd
+    m = lerp(m, g, 1-b1);  v = b2*v + (1-b2)*g*g;  amsgrad: vmax = max(vmax, v), v := vmax
+    p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .base import F32, ReferenceOptimizer
+
+
+def lerp(a: np.ndarray, b: np.ndarray, w: float) -> np.ndarray:
+    """torch.lerp with a scalar weight, in float32 (torch switches formula at w = 0.5)."""
+    w = F32(w)
+    return a + w * (b - a) if w < 0.5 else b - (b - a) * (F32(1) - w)
+
+
+class Adam(ReferenceOptimizer):
+    """Adam (Kingma & Ba 2014) with L2 weight decay, as torch.optim.Adam."""
+    defaults = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False)
+    all_state_names = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+    decoupled = False
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False,
+                 maximize=False):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                         maximize=maximize)
+
+    @classmethod
+    def state_names(cls, group):
+        return cls.all_state_names if group["amsgrad"] else cls.all_state_names[:2]
+
+    def _update(self, p, g, st, group, fresh):
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        t = st["step"]
+        if group["maximize"]:
+            g = -g
+        if wd != 0:
+            if self.decoupled:
+                p *= F32(1 - lr * wd)
+            else:
+                g = g + F32(wd) * p
+        m, v = st["exp_avg"], st["exp_avg_sq"]
+        m[...] = lerp(m, g, 1 - b1)
+        v[...] = v * F32(b2) + F32(1 - b2) * g * g
+        if group["amsgrad"]:
+            np.maximum(st["max_exp_avg_sq"], v, out=st["max_exp_avg_sq"])
+            v = st["max_exp_avg_sq"]
+        step_size = lr / (1 - b1 ** t)
+        denom = np.sqrt(v) / F32(math.sqrt(1 - b2 ** t)) + F32(eps)
+        p += F32(-step_size) * m / denom
+
+
+class AdamW(Adam):
+    """AdamW (Loshchilov & Hutter 2019): Adam with decoupled weight decay, as torch.optim.AdamW."""
+    defaults = dict(Adam.defaults, weight_decay=1e-2)
+    decoupled = True
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False,
+                 maximize=False):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                         maximize=maximize)

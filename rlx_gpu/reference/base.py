@@ -1,0 +1,103 @@
+"""The NumPy twin's base class: the readable specification every GPU optimizer is tested against.
+
+A twin subclass gives ``defaults``, the names of its state buffers, and ``_update``: the update rule for
+one tensor, in float32 NumPy, in torch.optim's order of operations. Everything else (param groups,
+validation, missing grads, state dicts) lives here and in :mod:`rlx_gpu._groups`, shared with the GPU side.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from .._groups import check_grads, check_state_dict, parse_params, validate_group
+
+F32 = np.float32
+
+
+class ReferenceOptimizer:
+    #: Hyperparameter names and defaults (a bool default makes a flag, a tuple a pair of betas).
+    defaults: dict = {}
+    #: Every state buffer name this optimizer can have (torch's names).
+    all_state_names: tuple = ()
+    #: State buffers created for every tensor at construction (Adagrad's ``sum``).
+    eager_state: tuple = ()
+
+    # -- the spec, shared with the GPU class ----------------------------------------------------
+    @classmethod
+    def state_names(cls, group: dict) -> tuple:
+        """The state buffers a tensor in ``group`` gets at its first step."""
+        return cls.all_state_names
+
+    @classmethod
+    def init_value(cls, state: str, group: dict) -> float:
+        """The value a state buffer starts at."""
+        return 0.0
+
+    @classmethod
+    def check(cls, group: dict) -> None:
+        """Validation beyond what the defaults' types imply; raise ValueError."""
+
+    @classmethod
+    def validate(cls, group: dict) -> None:
+        validate_group(cls.__name__, group, cls.defaults)
+        cls.check(group)
+
+    # -- the twin ----------------------------------------------------------------------------
+    def __init__(self, params, **hyper):
+        name = type(self).__name__
+        self.defaults = {**type(self).defaults, **hyper}
+        self.param_groups, self.params = parse_params(name, params, self.defaults)
+        for g in self.param_groups:
+            self.validate(g)
+        self._group_of = {n: i for i, g in enumerate(self.param_groups) for n in g["params"]}
+        self.grads = {n: np.zeros_like(a) for n, a in self.params.items()}
+        self.state: dict = {}
+        for n, p in self.params.items():
+            g = self.param_groups[self._group_of[n]]
+            for s in self.eager_state:
+                self.state.setdefault(n, {"step": 0})[s] = np.full(p.shape, self.init_value(s, g), F32)
+
+    def set_lr(self, lr: float) -> None:
+        """Set the learning rate of every param group."""
+        for g in self.param_groups:
+            g["lr"] = lr
+
+    def zero_grad(self) -> None:
+        for g in self.grads.values():
+            g.fill(0)
+
+    def step(self, grads=None) -> None:
+        """One step for every tensor in ``grads`` (default: every tensor, with ``self.grads``)."""
+        name = type(self).__name__
+        for g in self.param_groups:
+            self.validate(g)
+        grads = self.grads if grads is None else check_grads(name, grads, {n: p.shape for n, p in self.params.items()})
+        for n, g in grads.items():
+            group = self.param_groups[self._group_of[n]]
+            st = self.state.setdefault(n, {"step": 0})
+            fresh = set()
+            for s in self.state_names(group):
+                if s not in st:
+                    st[s] = np.full(self.params[n].shape, self.init_value(s, group), F32)
+                    fresh.add(s)
+            st["step"] += 1
+            self._update(self.params[n], np.asarray(g, F32).copy(), st, group, fresh)
+
+    def _update(self, p: np.ndarray, g: np.ndarray, st: dict, group: dict, fresh: set) -> None:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {"state": copy.deepcopy(self.state),
+                "param_groups": [dict(copy.deepcopy(g), params=list(g["params"])) for g in self.param_groups]}
+
+    def load_state_dict(self, sd: dict) -> None:
+        name = type(self).__name__
+        state, hypers = check_state_dict(name, sd, self.param_groups, {n: p.shape for n, p in self.params.items()},
+                                         self.all_state_names, self.defaults)
+        for h in hypers:
+            self.check(h)
+        for g, h in zip(self.param_groups, hypers):
+            g.update(h)
+        self.state = {n: {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in st.items()}
+                      for n, st in state.items()}

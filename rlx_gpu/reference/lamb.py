@@ -1,0 +1,41 @@
+"""NumPy twin of LAMB (You et al. 2019, as apex FusedLAMB in adam_w_mode).
+
+    g = -g if maximize;  m = lerp(m, g, 1-b1);  v = b2*v + (1-b2)*g*g
+    bias_correction: m^ = m/(1-b1^t), v^ = v/(1-b2^t)  else m^ = m, v^ = v
+    u = m^/(sqrt(v^) + eps) + wd*p;  r = |p|/|u| if both > 0 else 1;  p -= (lr*r)*u
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .adam import lerp
+from .base import F32, ReferenceOptimizer
+
+
+def norm(x: np.ndarray) -> np.float32:
+    """The L2 norm, accumulated in float64 and rounded once to float32."""
+    return F32(np.sqrt(np.sum(np.square(x, dtype=np.float64))))
+
+
+class LAMB(ReferenceOptimizer):
+    """Layer-wise adaptive moments (LAMB), per-tensor trust ratio, decoupled decay."""
+    defaults = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, bias_correction=True, maximize=False)
+    all_state_names = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, bias_correction=True,
+                 maximize=False):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         bias_correction=bias_correction, maximize=maximize)
+
+    def _update(self, p, g, st, group, fresh):
+        (b1, b2), t = group["betas"], st["step"]
+        if group["maximize"]:
+            g = -g
+        m, v = st["exp_avg"], st["exp_avg_sq"]
+        m[...] = lerp(m, g, 1 - b1)
+        v[...] = v * F32(b2) + F32(1 - b2) * g * g
+        bc1, bc2 = (1 - b1 ** t, 1 - b2 ** t) if group["bias_correction"] else (1.0, 1.0)
+        u = (m / F32(bc1)) / (np.sqrt(v / F32(bc2)) + F32(group["eps"])) + F32(group["weight_decay"]) * p
+        pn, un = norm(p), norm(u)
+        r = pn / un if pn > 0 and un > 0 else F32(1)
+        p -= (F32(group["lr"]) * r) * u

@@ -1,0 +1,51 @@
+"""NumPy twin of RMSprop (torch.optim.RMSprop; eps outside the square root).
+
+    g = -g if maximize;  g += wd*p;  s = alpha*s + (1-alpha)*g*g
+    centered: a = lerp(a, g, 1-alpha), d = sqrt(s - a*a) + eps  else d = sqrt(s) + eps
+    momentum mu > 0: b = mu*b + g/d, p -= lr*b  else p -= lr*g/d
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .adam import lerp
+from .base import F32, ReferenceOptimizer
+
+
+class RMSprop(ReferenceOptimizer):
+    """RMSprop (Hinton 2012), as torch.optim.RMSprop."""
+    defaults = dict(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, maximize=False)
+    all_state_names = ("square_avg", "momentum_buffer", "grad_avg")
+
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False,
+                 maximize=False):
+        super().__init__(params, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                         centered=centered, maximize=maximize)
+
+    @classmethod
+    def state_names(cls, group):
+        return ("square_avg",) + (("momentum_buffer",) if group["momentum"] > 0 else ()) \
+            + (("grad_avg",) if group["centered"] else ())
+
+    def _update(self, p, g, st, group, fresh):
+        lr, alpha, eps, wd, mu = (group[k] for k in ("lr", "alpha", "eps", "weight_decay", "momentum"))
+        if group["maximize"]:
+            g = -g
+        if wd != 0:
+            g = g + F32(wd) * p
+        s = st["square_avg"]
+        s[...] = s * F32(alpha) + F32(1 - alpha) * g * g
+        if group["centered"]:
+            a = st["grad_avg"]
+            a[...] = lerp(a, g, 1 - alpha)
+            with np.errstate(invalid="ignore"):
+                avg = np.sqrt(s + F32(-1) * a * a)
+        else:
+            avg = np.sqrt(s)
+        avg = avg + F32(eps)
+        if mu > 0:
+            b = st["momentum_buffer"]
+            b[...] = b * F32(mu) + g / avg
+            p += F32(-lr) * b
+        else:
+            p += F32(-lr) * g / avg

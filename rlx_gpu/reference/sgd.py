@@ -1,0 +1,44 @@
+"""NumPy twin of SGD (torch.optim.SGD).
+
+    g = -g if maximize;  g += wd*p
+    momentum mu: b = g at the first step, else b = mu*b + (1-dampening)*g;  g = g + mu*b (nesterov) else b
+    p -= lr*g
+"""
+from __future__ import annotations
+
+from .base import F32, ReferenceOptimizer
+
+
+class SGD(ReferenceOptimizer):
+    """Stochastic gradient descent with optional (Nesterov) momentum, as torch.optim.SGD."""
+    defaults = dict(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False)
+    all_state_names = ("momentum_buffer",)
+
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
+                 maximize=False):
+        super().__init__(params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                         nesterov=nesterov, maximize=maximize)
+
+    @classmethod
+    def check(cls, group):
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+    @classmethod
+    def state_names(cls, group):
+        return cls.all_state_names if group["momentum"] != 0 else ()
+
+    def _update(self, p, g, st, group, fresh):
+        lr, mu, damp, wd = group["lr"], group["momentum"], group["dampening"], group["weight_decay"]
+        if group["maximize"]:
+            g = -g
+        if wd != 0:
+            g = g + F32(wd) * p
+        if mu != 0:
+            b = st["momentum_buffer"]
+            if "momentum_buffer" in fresh:
+                b[...] = g
+            else:
+                b[...] = b * F32(mu) + F32(1 - damp) * g
+            g = g + F32(mu) * b if group["nesterov"] else b
+        p += F32(-lr) * g
