@@ -172,7 +172,7 @@ class Optimizer:
             if not len(sel):
                 continue
             sub = np.zeros((len(sel), REC), np.float64)
-            f = self._fill(g, steps[sel].astype(np.float64), [fresh[t] for t in sel], sub)
+            f = self._fill(g, np.maximum(steps[sel], 1).astype(np.float64), [fresh[t] for t in sel], sub)
             flags[sel] = np.asarray(f, np.uint32) | (MAXIMIZE if g.get("maximize") else 0)
             vals[sel] = sub
         words = vals.astype(np.float32).view(np.uint32)
@@ -182,7 +182,10 @@ class Optimizer:
         self.device.queue.write_buffer(self._hyper, 0, np.ascontiguousarray(words))
 
     def _fill(self, group: dict, t: np.ndarray, fresh: list, rec: np.ndarray):
-        """Fill ``rec[:, 1:14]`` (float64, one row per tensor of ``group`` at steps ``t``); return flags."""
+        """Fill ``rec[:, 1:14]`` (float64, one row per tensor of ``group`` at steps ``t``); return flags.
+
+        ``t`` is the step each tensor reaches this step (at least 1; inactive tensors' rows are ignored).
+        ``fresh[i]`` names the state buffers tensor i gets this step (SGD seeds its momentum from it)."""
         raise NotImplementedError
 
     def _encode(self, enc) -> None:

@@ -1,0 +1,183 @@
+"""Adapter selection, limits, shaders, chunked arenas, big grids and errors naming the shader."""
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlx_gpu
+from rlx_gpu import device as devmod
+from rlx_gpu import kernels
+from helpers import assert_same, make_grads, make_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.gpu
+def test_adapters_and_selection(device):
+    found = rlx_gpu.adapters()
+    assert found and {"name", "backend", "type", "driver"} <= set(found[0])
+    cpu = [a for a in found if a["type"] == "CPU"]
+    if cpu:
+        assert rlx_gpu.get_device("cpu").info["type"] == "CPU"
+    by_name = rlx_gpu.get_device(found[0]["name"][:6])
+    assert by_name.info["name"].startswith(found[0]["name"][:6])
+    with pytest.raises(rlx_gpu.NoAdapterError, match="no adapter matches 'no-such-gpu'.*Adapters present"):
+        rlx_gpu.get_device("no-such-gpu")
+    with pytest.raises(TypeError, match="device must be"):
+        rlx_gpu.get_device(3)
+
+
+@pytest.mark.gpu
+def test_real_limits_requested(device):
+    lim = device.adapter.limits
+    assert device.limits["max-storage-buffer-binding-size"] == lim["max-storage-buffer-binding-size"]
+    assert device.limits["max-buffer-size"] == lim["max-buffer-size"]
+    assert device.max_storage_binding > 128 * 2 ** 20 - 1  # far above wgpu's small default
+
+
+@pytest.mark.gpu
+def test_env_variable_picks_adapter():
+    code = "import rlx_gpu; print(rlx_gpu.get_device().info['type'])"
+    env = dict(os.environ, RLX_GPU_ADAPTER="cpu")
+    if not any(a["type"] == "CPU" for a in rlx_gpu.adapters()):
+        pytest.skip("no CPU adapter here to select")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "CPU", r.stderr
+    env["RLX_GPU_ADAPTER"] = "nonexistent-adapter"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "no adapter matches 'nonexistent-adapter'" in r.stderr
+
+
+def test_no_adapter_error_says_how_to_get_one(monkeypatch):
+    monkeypatch.setattr(devmod, "_enumerate", lambda: [])
+    monkeypatch.setattr(devmod, "_cache", {})
+    with pytest.raises(rlx_gpu.NoAdapterError, match="apt-get install -y libvulkan1 mesa-vulkan-drivers"):
+        rlx_gpu.get_device()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", kernels.shader_files(), ids=lambda p: p.name)
+def test_every_shader_compiles(path, device):
+    src = kernels.load_source(path.name)
+    entries = kernels.entry_points(src)
+    assert entries, f"{path.name} has no compute entry point"
+    for e in entries:
+        k = kernels.get_kernel(device, path.name, e, WG=64, EPT=1)
+        assert k.pipeline is not None
+
+
+@pytest.mark.gpu
+def test_shader_error_names_the_file(tmp_path, monkeypatch, device):
+    (tmp_path / "broken.wgsl").write_text(
+        "@group(0) @binding(0) var<storage, read_write> x: array<f32>;\n"
+        "@compute @workgroup_size(64) fn step() { x[0] = undefined_thing; }\n")
+    monkeypatch.setattr(kernels, "shader_dir", lambda: tmp_path)
+    kernels.load_source.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="(?s)shader .broken.wgsl.*undefined_thing"):
+            kernels.Kernel(device, "broken.wgsl", "step", {})
+    finally:
+        kernels.load_source.cache_clear()
+
+
+def test_missing_include_fails_loudly(tmp_path, monkeypatch):
+    (tmp_path / "a.wgsl").write_text('// #include "nope.wgsl"\n')
+    monkeypatch.setattr(kernels, "shader_dir", lambda: tmp_path)
+    kernels.load_source.cache_clear()
+    try:
+        with pytest.raises(FileNotFoundError, match="'nope.wgsl' not found"):
+            kernels.load_source("a.wgsl")
+    finally:
+        kernels.load_source.cache_clear()
+
+
+@pytest.mark.gpu
+def test_out_of_memory_is_a_python_error(device):
+    with pytest.raises(MemoryError, match="could not allocate"):
+        device.buffer(device.limits["max-buffer-size"] + 2 ** 20, "too big")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cls_name,opts", [("Adam", {"amsgrad": True}), ("LAMB", {}), ("SGD", {"momentum": 0.9}),
+                                           ("Adagrad", {"initial_accumulator_value": 0.1})])
+def test_tensors_split_over_chunks(cls_name, opts, device):
+    """Arenas chunked at 64 KiB: tensors larger than a chunk are split, small ones fill chunks."""
+    small = device.with_binding_cap(64 * 1024)   # 16384 floats per chunk
+    params = make_params([100, 40000, 3, 16384, 16383, 50000, 7], seed=11)
+    gpu = getattr(rlx_gpu, cls_name)(params, **opts, device=small)
+    assert gpu.layout.num_chunks > 5
+    assert len(gpu.params["t1"].bindings()) == 3
+    with pytest.raises(ValueError, match="split into 3 pieces"):
+        gpu.params["t1"].binding()
+    twin = getattr(rlx_gpu.reference, cls_name)(params, **opts)
+    rng = np.random.default_rng(12)
+    for s in range(5):
+        g = make_grads(params, rng, drop={"t5"} if s == 2 else ())
+        gpu.step(g)
+        twin.step(g)
+    assert_same(gpu, twin, cls_name)
+
+
+@pytest.mark.gpu
+def test_grid_past_65535_workgroups(device):
+    """More blocks than one grid dimension holds: the dispatch becomes 2-D and every element is stepped."""
+    small_blocks = type("SGD", (rlx_gpu.SGD,), {"WG": 64, "EPT": 1})  # 256 elements per workgroup
+    n = 65535 * 256 + 1
+    p = np.linspace(-1, 1, n, dtype=np.float32)
+    opt = small_blocks({"w": p}, lr=0.5, momentum=0.9, device=device)
+    assert len(opt.layout.blocks[0]) == 65536 and kernels.grid(65536, device.max_workgroups)[1] == 2
+    g = np.ones(n, np.float32)
+    opt.step({"w": g})
+    opt.step({"w": g})
+    np.testing.assert_array_equal(opt.params["w"].numpy(), p - np.float32(0.5) - np.float32(0.5) * np.float32(1.9))
+
+
+@pytest.mark.gpu
+def test_one_past_65535_times_workgroup_size(device):
+    n = 65535 * 256 + 1
+    params = {"w": np.random.default_rng(0).standard_normal(n).astype(np.float32)}
+    gpu, twin = rlx_gpu.AdamW(params, device=device), rlx_gpu.reference.AdamW(params)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        g = make_grads(params, rng)
+        gpu.step(g)
+        twin.step(g)
+    assert_same(gpu, twin)
+
+
+@pytest.mark.gpu
+def test_tensor_larger_than_the_real_max_binding(device):
+    """A tensor past the adapter's own max storage binding (128 MiB on llvmpipe) is split and stepped."""
+    n = device.max_storage_binding // 4 + 1000
+    if n > 300_000_000:
+        pytest.skip(f"max storage binding {device.max_storage_binding} bytes is too large to exceed in a test")
+    p = np.zeros(n, np.float32)
+    opt = rlx_gpu.SGD({"w": p}, lr=1.0, device=device)
+    assert len(opt.params["w"].bindings()) == 2
+    g = np.ones(n, np.float32)
+    g[-1] = 5.0
+    opt.step({"w": g})
+    out = opt.params["w"].numpy()
+    assert (out[:-1] == -1.0).all() and out[-1] == -5.0
+
+
+def test_wheel_ships_shaders(tmp_path):
+    """An installed package (not the checkout) finds its shaders."""
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        pytest.fail(f"pip wheel failed: {r.stderr[-2000:]}")
+    wheel = next(tmp_path.glob("rlx_gpu-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = {Path(n).name for n in names if n.startswith("rlx_gpu/shaders/") and n.endswith(".wgsl")}
+    assert shipped == {p.name for p in (ROOT / "shaders").glob("*.wgsl")}
+    target = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(target)
+    code = "import rlx_gpu.kernels as k; print(k.shader_dir())"
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(target)),
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == str(target / "rlx_gpu" / "shaders"), r.stderr
