@@ -35,6 +35,8 @@ def pytest_report_header(config):
 def pytest_collection_modifyitems(config, items):
     if ADAPTER:
         return
+    if os.environ.get("RLX_GPU_REQUIRE_ADAPTER"):  # set by CI: GPU tests must run there, never skip
+        raise pytest.UsageError(f"RLX_GPU_REQUIRE_ADAPTER is set but no WebGPU adapter works: {NO_GPU_REASON}")
     skip = pytest.mark.skip(reason=f"no WebGPU adapter: {NO_GPU_REASON}")
     for item in items:
         if "gpu" in item.keywords:

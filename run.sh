@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The two set-up-and-run commands of the README:
+#   ./run.sh demo [args]   trains the spiral demo with a GPU optimizer (examples/train_spirals.py)
+#   ./run.sh test [args]   runs the test suite (pytest) and the shader check
+# Each creates .venv (or $RLX_GPU_VENV) with the package installed, and where no Vulkan driver is
+# present on Debian/Ubuntu and we are root, installs the CPU one (mesa-vulkan-drivers: llvmpipe).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+what=${1:-}
+[ $# -gt 0 ] && shift
+case "$what" in demo|test) ;; *) echo "usage: ./run.sh demo|test [args...]" >&2; exit 2 ;; esac
+
+if [ "$(uname -s)" = Linux ] && ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "run.sh: no Vulkan driver found; installing the CPU one (libvulkan1 mesa-vulkan-drivers)" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libvulkan1 mesa-vulkan-drivers >/dev/null
+  else
+    echo "run.sh: no Vulkan driver found; as root run: apt-get install -y libvulkan1 mesa-vulkan-drivers" >&2
+  fi
+fi
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp/rlx-gpu-runtime}
+mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR" 2>/dev/null || true
+
+venv=${RLX_GPU_VENV:-.venv}
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+stamp="$venv/.rlx_gpu-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  "$venv/bin/python" -m pip install -q -e ".[test]"
+  touch "$stamp"
+fi
+py="$venv/bin/python"
+case "$what" in
+  demo) exec "$py" examples/train_spirals.py "$@" ;;
+  test) "$py" -m pytest "$@" ;;
+esac
