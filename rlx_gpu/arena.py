@@ -101,14 +101,14 @@ class Arena:
 
     def read_all(self) -> list[np.ndarray]:
         """Every chunk read back to the host (one transfer per chunk)."""
-        return [self.device.read(b, 0, 4 * n).view(np.float32).copy()
+        return [self.device.read(b, 0, 4 * n, out=np.empty(n, np.float32))
                 for b, n in zip(self.buffers, self.layout.chunk_elems)]
 
     def read(self, t: int, shape) -> np.ndarray:
         out = np.empty(self.layout.sizes[t], np.float32)
         for (c, off, ln, toff) in self.layout.pieces[t]:
             if ln:
-                out[toff:toff + ln] = self.device.read(self.buffers[c], 4 * off, 4 * ln).view(np.float32)
+                self.device.read(self.buffers[c], 4 * off, 4 * ln, out=out[toff:toff + ln])
         return out.reshape(shape)
 
     def write(self, t: int, data: np.ndarray):

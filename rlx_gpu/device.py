@@ -163,18 +163,53 @@ class Device:
             self.queue.write_buffer(buf, 0, np.ascontiguousarray(data))
         return buf
 
-    def read(self, buf, offset: int = 0, size: int | None = None) -> np.ndarray:
-        """Read ``size`` bytes of ``buf`` from ``offset`` back to the host, as a uint8 array."""
-        if size == 0:
-            return np.zeros(0, np.uint8)
-        return np.frombuffer(self.queue.read_buffer(buf, offset, size), np.uint8)
+    STAGING = 64 << 20  # bytes per read-back round; the staging buffer is made once and reused
+
+    def read(self, buf, offset: int = 0, size: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """Read ``size`` bytes of ``buf`` from ``offset`` into ``out`` (a contiguous array of that many bytes,
+        allocated as uint8 when not given), through one persistent mapped staging buffer."""
+        size = buf.size - offset if size is None else int(size)
+        dest = np.empty(size, np.uint8) if out is None else out
+        flat = dest.reshape(-1).view(np.uint8)
+        if flat.nbytes != size:
+            raise ValueError(f"read: out holds {flat.nbytes} bytes, expected {size}")
+        u = self.wgpu.BufferUsage
+        st = self._shared.get("staging")
+        if st is None:
+            st = self._shared["staging"] = self.device.create_buffer(
+                size=self.STAGING, usage=u.MAP_READ | u.COPY_DST, label="read staging")
+        done = 0
+        while done < size:
+            n = min(self.STAGING, size - done)
+            enc = self.device.create_command_encoder()
+            enc.copy_buffer_to_buffer(buf, offset + done, st, 0, n)
+            self.queue.submit([enc.finish()])
+            st.map_sync("READ", 0, n)
+            try:
+                flat[done:done + n] = np.frombuffer(st.read_mapped(0, n, copy=False), np.uint8)
+            finally:
+                st.unmap()
+            done += n
+        return dest
 
     def submit(self, encoder):
         self.queue.submit([encoder.finish()])
 
     def sync(self):
-        """Wait until the GPU has finished all submitted work."""
-        self.queue.on_submitted_work_done_sync()
+        """Wait until the GPU has finished all submitted work.
+
+        (wgpu-py 0.32's ``on_submitted_work_done_sync`` fails with its bundled wgpu-native, so this maps a
+        4-byte buffer after a copy queued behind everything else: the map completes when the queue is idle.)"""
+        u = self.wgpu.BufferUsage
+        if "fence" not in self._shared:
+            self._shared["fence"] = (self.device.create_buffer(size=16, usage=u.COPY_SRC | u.COPY_DST, label="fence"),
+                                     self.device.create_buffer(size=16, usage=u.MAP_READ | u.COPY_DST, label="fence"))
+        src, dst = self._shared["fence"]
+        enc = self.device.create_command_encoder()
+        enc.copy_buffer_to_buffer(src, 0, dst, 0, 16)
+        self.queue.submit([enc.finish()])
+        dst.map_sync("READ", 0, 16)
+        dst.unmap()
 
 
 _cache: dict = {}

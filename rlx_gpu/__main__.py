@@ -1,0 +1,17 @@
+"""The ``rlx-gpu`` command: ``rlx-gpu bench ...`` (see ``rlx-gpu bench --help``)."""
+import sys
+
+COMMANDS = {"bench": "rlx_gpu.bench"}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: rlx-gpu {{{','.join(COMMANDS)}}} [args]   (rlx-gpu <command> --help for more)", file=sys.stderr)
+        return 2
+    import importlib
+    return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""`rlx-gpu bench` runs on the adapter at a tiny size and its JSON has every documented key."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rlx_gpu import bench
+
+KEYS = {"optimizer", "param_set", "numel", "tensors", "ms_per_step", "gbps", "copy_gbps", "frac_of_copy", "torch_ms",
+        "ratio_vs_torch", "numpy_ms", "ratio_vs_numpy", "adapter"}
+
+
+def test_param_sets():
+    assert len(bench.param_set("gpt2-124m")) == 148
+    assert len(bench.param_set("gpt2-1.5b")) == 580
+    assert sum(int(__import__("numpy").prod(s)) for _, s in bench.param_set("gpt2-124m")) == 124_439_808
+    assert bench.param_set("single:1000") == [("w", (1000,))]
+    with pytest.raises(ValueError, match="unknown param set 'gpt5'"):
+        bench.param_set("gpt5")
+
+
+@pytest.mark.gpu
+def test_bench_tiny_run_writes_every_key(tmp_path):
+    out, svg = tmp_path / "b.json", tmp_path / "b.svg"
+    cmd = [sys.executable, "-m", "rlx_gpu", "bench", "--sets", "single:65536,gpt2-124m", "--memory-gb", "0.01",
+           "--copy-mb", "4", "--repeats", "2", "--json", str(out), "--plot", str(svg), "--no-latency"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert {"date", "adapter", "driver", "versions", "copy_gbps", "rows"} <= set(rep)
+    assert len(rep["rows"]) == 2 * len(bench.OPTIMIZERS)
+    for row in rep["rows"]:
+        assert KEYS <= set(row)
+        assert row["ms_per_step"] > 0 and 0 < row["frac_of_copy"] and row["numpy_ms"] > 0
+    scaled = [r for r in rep["rows"] if r["param_set"] == "gpt2-124m"]
+    assert all(r["scaled"] and r["tensors"] == 148 for r in scaled)
+    assert "scaled to" in r.stderr and "| optimizer |" in r.stdout
+    assert svg.read_text().startswith("<svg")
+
+
+def test_cli_usage():
+    r = subprocess.run([sys.executable, "-m", "rlx_gpu"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "usage: rlx-gpu" in r.stderr
