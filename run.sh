@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The two set-up-and-run commands of the README:
 #   ./run.sh demo [args]   trains the spiral demo with a GPU optimizer (examples/train_spirals.py)
-#   ./run.sh test [args]   runs the test suite (pytest) and the shader check
+#   ./run.sh test [args]   runs the test suite (pytest; GPU tests on whatever adapter is found)
 # Each creates .venv (or $RLX_GPU_VENV) with the package installed, and where no Vulkan driver is
 # present on Debian/Ubuntu and we are root, installs the CPU one (mesa-vulkan-drivers: llvmpipe).
 set -euo pipefail
@@ -10,7 +10,8 @@ what=${1:-}
 [ $# -gt 0 ] && shift
 case "$what" in demo|test) ;; *) echo "usage: ./run.sh demo|test [args...]" >&2; exit 2 ;; esac
 
-if [ "$(uname -s)" = Linux ] && ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
+have_icd() { compgen -G "/usr/share/vulkan/icd.d/*.json" >/dev/null || compgen -G "/etc/vulkan/icd.d/*.json" >/dev/null; }
+if [ "$(uname -s)" = Linux ] && ! have_icd; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "run.sh: no Vulkan driver found; installing the CPU one (libvulkan1 mesa-vulkan-drivers)" >&2
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libvulkan1 mesa-vulkan-drivers >/dev/null
@@ -27,7 +28,6 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp="$venv/.rlx_gpu-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   "$venv/bin/python" -m pip install -q -e ".[test]"
   touch "$stamp"
 fi
