@@ -303,7 +303,8 @@ def run(args) -> dict:
         for oname in names:
             done += 1
             cls_name, kw, bytes_per, torch_spec = OPTIMIZERS[oname]
-            nstate = {"adamw": 2, "adam": 2, "sgd": 1, "rmsprop": 1, "adagrad": 1, "lamb": 2}[oname]
+            spec = getattr(rlx_gpu.reference, cls_name)
+            nstate = len(spec.state_names({**spec.defaults, **kw}))
             numel0 = sum(int(np.prod(s)) for _, s in base)
             need = numel0 * 4 * (2 + nstate) * 1.1
             scale = min(1.0, budget / need)

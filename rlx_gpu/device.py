@@ -170,6 +170,8 @@ class Device:
         allocated as uint8 when not given), through one persistent mapped staging buffer."""
         size = buf.size - offset if size is None else int(size)
         dest = np.empty(size, np.uint8) if out is None else out
+        if not dest.flags.c_contiguous:
+            raise ValueError("read: out must be a C-contiguous array")
         flat = dest.reshape(-1).view(np.uint8)
         if flat.nbytes != size:
             raise ValueError(f"read: out holds {flat.nbytes} bytes, expected {size}")
