@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The two set-up-and-run commands of the README:
 #   ./run.sh demo [args]   trains the spiral demo with a GPU optimizer (examples/train_spirals.py)
-#   ./run.sh test [args]   runs the test suite (pytest; GPU tests on whatever adapter is found)
+#   ./run.sh test [args]   checks every shipped shader (rlx-gpu check-shaders --validator all), then runs
+#                          the test suite (pytest; GPU tests on whatever adapter is found)
 # Each creates .venv (or $RLX_GPU_VENV) with the package installed, and where no Vulkan driver is
 # present on Debian/Ubuntu and we are root, installs the CPU one (mesa-vulkan-drivers: llvmpipe).
 set -euo pipefail
@@ -28,11 +29,12 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp="$venv/.rlx_gpu-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "$venv/bin/python" -m pip install -q -e ".[test]"
+  "$venv/bin/python" -m pip install -q -e ".[test,check]"
   touch "$stamp"
 fi
 py="$venv/bin/python"
 case "$what" in
   demo) exec "$py" examples/train_spirals.py "$@" ;;
-  test) "$py" -m pytest "$@" ;;
+  test) "$venv/bin/rlx-gpu" check-shaders --validator all
+        "$py" -m pytest "$@" ;;
 esac

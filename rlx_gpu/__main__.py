@@ -1,7 +1,7 @@
-"""The ``rlx-gpu`` command: ``rlx-gpu bench ...`` (see ``rlx-gpu bench --help``)."""
+"""The ``rlx-gpu`` command: ``rlx-gpu bench ...`` and ``rlx-gpu check-shaders ...`` (each with ``--help``)."""
 import sys
 
-COMMANDS = {"bench": "rlx_gpu.bench"}
+COMMANDS = {"bench": "rlx_gpu.bench", "check-shaders": "rlx_gpu.check"}
 
 
 def main(argv=None) -> int:

@@ -34,6 +34,8 @@ OPTIMIZERS = {
     "lamb": ("LAMB", {}, 28, None),
 }
 DEFAULT_SETS = "single:67108864,gpt2-124m,gpt2-1.5b"
+# WGSL copy-kernel variants (workgroup size, vec4s per thread) timed for the copy bandwidth.
+COPY_VARIANTS = ((256, 4), (256, 1), (128, 2), (512, 4))
 
 
 def gpt2_shapes(n_layer: int, d: int, vocab: int = 50257, ctx: int = 1024) -> list:
@@ -128,7 +130,9 @@ def copy_bandwidth(dev, timer, nbytes: int, repeats: int) -> dict:
     t, _ = timer.measure(buffer_copy, 3, 1)
     t, _ = timer.measure(buffer_copy, _steps_for(t), repeats)
     out["buffer_copy"] = 2 * nbytes / t / 1e9
-    for wg, ept in ((256, 1), (256, 4), (128, 2), (512, 4)):
+    for wg, ept in COPY_VARIANTS:
+        if wg > dev.limits["max-compute-invocations-per-workgroup"]:
+            continue
         k = kernels.get_kernel(dev, "copy.wgsl", "copy", WG=wg, EPT=ept)
         bg = k.bind({"src": a, "dst": b})
         groups = -(-(nbytes // 16) // (wg * ept))

@@ -12,7 +12,8 @@ import functools
 import re
 from pathlib import Path
 
-__all__ = ["shader_dir", "shader_files", "load_source", "bindings", "Kernel", "get_kernel"]
+__all__ = ["shader_dir", "shader_files", "resolve", "load_source", "bindings", "entry_points", "Kernel",
+           "get_kernel", "grid"]
 
 _INCLUDE = re.compile(r'^[ \t]*//[ \t]*#include[ \t]+"([\w.\-]+)"[ \t]*$', re.M)
 _BINDING = re.compile(
@@ -34,18 +35,35 @@ def shader_files() -> list[Path]:
     return sorted(p for p in shader_dir().glob("*.wgsl") if _ENTRY.search(p.read_text()))
 
 
+def resolve(path: Path, search: tuple = ()) -> tuple[str, list]:
+    """``path``'s text with includes resolved, and for each output line its (file, line) of origin.
+
+    An include is looked up next to the including file, then in ``search`` folders; a missing one fails loudly.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"rlx_gpu: shader {path.name!r} not found in {path.parent}")
+    out, origin = [], []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        m = _INCLUDE.match(line)
+        if not m:
+            out.append(line)
+            origin.append((str(path), i))
+            continue
+        name = m.group(1)
+        cand = [d / name for d in (path.parent, *search) if (d / name).is_file()]
+        if not cand:
+            raise FileNotFoundError(f"rlx_gpu: shader {name!r} not found (included from {path.name}:{i})")
+        text, orig = resolve(cand[0], search)
+        out += [f"// ---- begin {name} ----", *text.splitlines(), f"// ---- end {name} ----"]
+        origin += [(str(path), i), *orig, (str(path), i)]
+    return "\n".join(out) + "\n", origin
+
+
 @functools.lru_cache(maxsize=None)
 def load_source(name: str) -> str:
-    """The WGSL source of ``name`` with its includes resolved, exactly as the runtime compiles it."""
-    path = shader_dir() / name
-    if not path.is_file():
-        raise FileNotFoundError(f"rlx_gpu: shader {name!r} not found in {shader_dir()}")
-    text = path.read_text()
-
-    def sub(m):
-        return f"// ---- begin {m.group(1)} ----\n{load_source(m.group(1))}\n// ---- end {m.group(1)} ----"
-
-    return _INCLUDE.sub(sub, text)
+    """The WGSL source of shipped shader ``name`` with its includes resolved, exactly as the runtime compiles it."""
+    return resolve(shader_dir() / name)[0]
 
 
 def bindings(source: str) -> dict[str, tuple[int, bool]]:

@@ -1,0 +1,311 @@
+"""``rlx-gpu check-shaders``: validate WGSL files with naga (CLI and in-process, through wgpu) and Tint.
+
+Each file is checked as the runtime compiles it: ``// #include`` lines resolved, and for the package's own
+shaders the pipeline-overridable constants its optimizers use (WG, EPT) passed at pipeline creation (wgpu,
+Tint) or written in as the overrides' defaults (naga CLI, which takes no constants). Diagnostics are mapped
+back to the file and line they came from, including lines that arrived through an include.
+
+Validators:
+    naga-cli  the ``naga`` executable (PATH, or ``RLX_GPU_NAGA``): validate, then translate to SPIR-V, MSL,
+              HLSL and GLSL so a shader that fails to translate for Metal or DX12 is caught anywhere.
+    wgpu      naga inside wgpu-native: a shader module and a compute pipeline per entry point on the
+              selected adapter (``--device`` or ``RLX_GPU_ADAPTER``).
+    tint      Tint through Dawn's Null backend (``pip install rlx_gpu[check]``), no GPU needed.
+Exit status: 0 nothing failed, 1 something failed, 2 bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import kernels
+
+VALIDATORS = ("naga-cli", "wgpu", "tint")
+NAGA_TARGETS = (("spv", "SPIR-V"), ("metal", "MSL"), ("hlsl", "HLSL"))
+_CODESPAN = re.compile(r"┌─\s*(?:[^\s:]*):(\d+):(\d+)")   # naga: "┌─ wgsl:12:5" or "┌─ path/x.wgsl:12:5"
+_TINT = re.compile(r"(?m)(?:^|\s)[^\s:]*:(\d+):(\d+)\s+error:\s*(.*)$")  # tint: ":12:5 error: message"
+_OVERRIDE = re.compile(r"^(\s*override\s+(\w+)\s*:\s*(\w+)\s*=\s*)([^;]+)(;.*)$")
+
+
+@dataclass
+class Diagnostic:
+    file: str
+    line: int | None
+    column: int | None
+    message: str
+    target: str | None = None  # naga-cli: the translation that failed (SPIR-V, MSL, HLSL, GLSL)
+
+    def where(self) -> str:
+        return self.file + (f":{self.line}:{self.column}" if self.line else "")
+
+
+@dataclass
+class Result:
+    file: str
+    validator: str
+    status: str  # "pass", "fail" or "unavailable"
+    diagnostics: list = field(default_factory=list)
+    reason: str | None = None
+
+
+@dataclass
+class Source:
+    path: Path
+    code: str
+    origin: list  # output line -> (file, line)
+    entries: list
+    constants: dict
+
+    def locate(self, line, col, message, target=None) -> Diagnostic:
+        if line is not None and 1 <= line <= len(self.origin):
+            f, ln = self.origin[line - 1]
+            return Diagnostic(f, ln, col, message.strip(), target)
+        return Diagnostic(str(self.path), None, None, message.strip(), target)
+
+
+def runtime_constants() -> dict:
+    """``shader file -> override constants`` exactly as the package's runtime sets them."""
+    from . import bench
+    from .optimizer import Optimizer
+
+    out, todo = {}, list(Optimizer.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if cls.shader:
+            out.setdefault(cls.shader, {"WG": cls.WG, "EPT": cls.EPT})
+    wg, ept = bench.COPY_VARIANTS[0]
+    out["copy.wgsl"] = {"WG": wg, "EPT": ept}
+    return out
+
+
+def load(path: Path, constants: dict) -> Source:
+    code, origin = kernels.resolve(path, (kernels.shader_dir(),))
+    return Source(path, code, origin, kernels.entry_points(code), constants)
+
+
+def with_defaults(code: str, constants: dict) -> str:
+    """The source with each override's default set to the runtime's constant (for tools that take none)."""
+    lines = []
+    for ln in code.split("\n"):
+        m = _OVERRIDE.match(ln)
+        if m and m.group(2) in constants:
+            v = constants[m.group(2)]
+            lit = f"{int(v)}u" if m.group(3) == "u32" else (f"{int(v)}i" if m.group(3) == "i32" else repr(float(v)))
+            ln = m.group(1) + lit + m.group(5)
+        lines.append(ln)
+    return "\n".join(lines)
+
+
+def _naga_message(text: str) -> str:
+    """naga's diagnostic (codespan format, from the CLI or wgpu) as one line: error, caret label, notes."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    main = next((ln for ln in lines if re.search(r"(?i)\berror\b", ln) and ln.lower() != "validation error"
+                 and not ln.lower().startswith(("caused by", "in wgpu"))), lines[0] if lines else "(no message)")
+    extra = [m.group(1).strip() for m in re.finditer(r"(?m)^[\s│|]*\^+\s*(\S.*)$", text)]
+    extra += [m.group(1).strip() for m in re.finditer(r"(?m)^\s*= (.+)$", text)]
+    return "; ".join(dict.fromkeys([main.removeprefix("error: "), *extra]))
+
+
+# -- naga CLI ------------------------------------------------------------------------------------------
+def naga_executable() -> tuple[str | None, str | None]:
+    exe = os.environ.get("RLX_GPU_NAGA")
+    if exe:
+        if shutil.which(exe) or (Path(exe).is_file() and os.access(exe, os.X_OK)):
+            return (shutil.which(exe) or exe), None
+        return None, f"RLX_GPU_NAGA={exe!r} is not an executable file"
+    found = shutil.which("naga")
+    if found:
+        return found, None
+    return None, "no `naga` executable on PATH (install it with `cargo install naga-cli`, or set RLX_GPU_NAGA)"
+
+
+def check_naga_cli(sources: list, timeout: float) -> list:
+    exe, why = naga_executable()
+    if exe is None:
+        return [Result(str(s.path), "naga-cli", "unavailable", reason=why) for s in sources]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="rlx-gpu-naga-") as tmp:
+        for s in sources:
+            src = Path(tmp) / s.path.name
+            src.write_text(with_defaults(s.code, s.constants))
+            runs = [("validate", [str(src)])]
+            runs += [(name, [str(src), str(src.with_suffix(f".{ext}"))]) for ext, name in NAGA_TARGETS]
+            runs += [("GLSL", [str(src), str(Path(tmp) / f"{src.stem}.{e}.comp"), "--entry-point", e,
+                               "--profile", "es310"]) for e in s.entries]
+            diags = []
+            for target, args in runs:
+                try:
+                    r = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    diags.append(s.locate(None, None, f"naga timed out after {timeout:g} s", target))
+                    break
+                except OSError as e:
+                    diags.append(s.locate(None, None, f"could not run {exe}: {e}", target))
+                    break
+                if r.returncode != 0:
+                    text = (r.stderr or "") + (r.stdout or "")
+                    m = _CODESPAN.search(text)
+                    line, col = (int(m.group(1)), int(m.group(2))) if m else (None, None)
+                    diags.append(s.locate(line, col, _naga_message(text), None if target == "validate" else target))
+                    if target == "validate":
+                        break  # translations of an invalid module would only repeat the error
+            results.append(Result(str(s.path), "naga-cli", "fail" if diags else "pass", diags))
+    return results
+
+
+# -- wgpu (naga in-process) -----------------------------------------------------------------------------
+def check_wgpu(sources: list, device_sel) -> list:
+    try:
+        from .device import get_device
+        dev = get_device(device_sel)
+    except Exception as e:
+        return [Result(str(s.path), "wgpu", "unavailable", reason=f"no adapter: {e}") for s in sources]
+    d = dev.device
+    results = []
+    for s in sources:
+        diags = []
+        try:
+            module = d.create_shader_module(code=s.code, label=s.path.name)
+            for e in s.entries:
+                try:
+                    d.create_compute_pipeline(layout="auto", label=f"{s.path.name}:{e}", compute={
+                        "module": module, "entry_point": e, "constants": s.constants})
+                except Exception as ex:
+                    diags.append(_wgpu_diag(s, f"entry point {e!r}: {ex}"))
+        except Exception as ex:
+            diags.append(_wgpu_diag(s, str(ex)))
+        results.append(Result(str(s.path), "wgpu", "fail" if diags else "pass", diags))
+    return results
+
+
+def _wgpu_diag(s: Source, text: str) -> Diagnostic:
+    m = _CODESPAN.search(text)
+    return s.locate(int(m.group(1)) if m else None, int(m.group(2)) if m else None, _naga_message(text))
+
+
+# -- Tint (Dawn, Null backend) --------------------------------------------------------------------------
+def check_tint(sources: list, timeout: float) -> list:
+    try:
+        import importlib.util
+        if importlib.util.find_spec("wgpudawn") is None:
+            raise ImportError
+    except ImportError:
+        why = "wgpudawn is not installed (pip install rlx_gpu[check], or pip install wgpudawn)"
+        return [Result(str(s.path), "tint", "unavailable", reason=why) for s in sources]
+    jobs = [{"label": s.path.name, "code": s.code, "entries": s.entries, "constants": s.constants} for s in sources]
+    try:
+        r = subprocess.run([sys.executable, "-m", "rlx_gpu._tint"], input=json.dumps(jobs), capture_output=True,
+                           text=True, timeout=timeout * max(1, len(sources)))
+    except subprocess.TimeoutExpired:
+        return [Result(str(s.path), "tint", "unavailable", reason="Tint (Dawn) timed out") for s in sources]
+    if r.returncode != 0 or not r.stdout.strip():
+        why = f"Tint (Dawn) could not start: {(r.stderr.strip().splitlines() or ['no output'])[-1]}"
+        return [Result(str(s.path), "tint", "unavailable", reason=why) for s in sources]
+    answers = json.loads(r.stdout.strip().splitlines()[-1])
+    results = []
+    for s, a in zip(sources, answers):
+        diags = []
+        for text in a["errors"]:
+            found = list(_TINT.finditer(text))
+            if found:
+                diags += [s.locate(int(m.group(1)), int(m.group(2)), m.group(3)) for m in found]
+            else:
+                diags.append(s.locate(None, None, text.strip().splitlines()[0]))
+        results.append(Result(str(s.path), "tint", "fail" if diags else "pass", diags))
+    return results
+
+
+# -- the command ----------------------------------------------------------------------------------------
+def collect(paths: list) -> list:
+    """Files to check: the given files and the .wgsl files in given folders; none given = the shipped ones."""
+    if not paths:
+        consts = runtime_constants()
+        return [(p, consts.get(p.name, {})) for p in sorted(kernels.shader_dir().glob("*.wgsl"))]
+    out = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            out += [(f, {}) for f in sorted(p.glob("*.wgsl"))]
+        elif p.is_file():
+            out.append((p, {}))
+        else:
+            raise FileNotFoundError(raw)
+    return out
+
+
+def run(paths, validators, device=None, timeout=60.0) -> list:
+    sources, results = [], []
+    for path, consts in collect(paths):
+        try:
+            sources.append(load(path, consts))
+        except (FileNotFoundError, UnicodeDecodeError) as e:
+            results += [Result(str(path), v, "fail", [Diagnostic(str(path), None, None, str(e))]) for v in validators]
+    for v in validators:
+        if v == "naga-cli":
+            results += check_naga_cli(sources, timeout)
+        elif v == "wgpu":
+            results += check_wgpu(sources, device)
+        elif v == "tint":
+            results += check_tint(sources, timeout)
+    return results
+
+
+def report(results: list) -> str:
+    lines, said = [], set()
+    for r in results:
+        if r.status == "pass":
+            lines.append(f"pass           [{r.validator}] {r.file}")
+        elif r.status == "unavailable":
+            same = [x.file for x in results if x.validator == r.validator and x.reason == r.reason]
+            if len(same) > 1:  # one line for a validator that is missing for every file
+                if (r.validator, r.reason) not in said:
+                    said.add((r.validator, r.reason))
+                    lines.append(f"not available  [{r.validator}] ({len(same)} files): {r.reason}")
+            else:
+                lines.append(f"not available  [{r.validator}] {r.file}: {r.reason}")
+        else:
+            for d in r.diagnostics:
+                tgt = f" ({d.target})" if d.target else ""
+                via = f" (included by {r.file})" if d.file != r.file else ""
+                lines.append(f"FAIL           [{r.validator}{tgt}] {d.where()}{via}: {d.message}")
+    n = {k: sum(r.status == k for r in results) for k in ("pass", "fail", "unavailable")}
+    lines.append(f"check-shaders: {n['pass']} pass, {n['fail']} fail, {n['unavailable']} not available")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="rlx-gpu check-shaders", description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="*", help=".wgsl files or folders (default: every shader the package ships)")
+    ap.add_argument("--validator", default="all", help="naga-cli, wgpu, tint or all (default)")
+    ap.add_argument("--json", action="store_true", help="print one JSON report instead of text")
+    ap.add_argument("--device", default=None, help="adapter for the wgpu validator (default RLX_GPU_ADAPTER or the best)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per naga invocation / per file for Tint")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    chosen = VALIDATORS if args.validator == "all" else (args.validator,)
+    if any(v not in VALIDATORS for v in chosen):
+        print(f"rlx-gpu check-shaders: unknown validator {args.validator!r}; use naga-cli, wgpu, tint or all",
+              file=sys.stderr)
+        return 2
+    try:
+        results = run(args.paths, chosen, args.device, args.timeout)
+    except FileNotFoundError as e:
+        print(f"rlx-gpu check-shaders: no such file or folder: {e}", file=sys.stderr)
+        return 2
+    failed = any(r.status == "fail" for r in results)
+    if args.json:
+        print(json.dumps({"ok": not failed, "results": [asdict(r) for r in results]}, indent=1))
+    else:
+        print(report(results))
+    return 1 if failed else 0

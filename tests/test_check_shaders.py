@@ -1,0 +1,156 @@
+"""`rlx-gpu check-shaders`: shipped shaders pass every available validator; broken fixtures fail at the right
+file and line in each validator that catches them; the naga-CLI wrapper against a stand-in executable."""
+import importlib.util
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlx_gpu import check, kernels
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+WGSL = FIX / "wgsl"
+HAVE_TINT = importlib.util.find_spec("wgpudawn") is not None
+needs_tint = pytest.mark.skipif(not HAVE_TINT, reason="wgpudawn (Tint) not installed: pip install rlx_gpu[check]")
+
+# fixture -> {validator: (file, line, col)} for each validator that must catch it; others must pass it.
+BROKEN = {
+    "type_error.wgsl": {"wgpu": ("type_error.wgsl", 5, 9), "tint": ("type_error.wgsl", 5, 9)},
+    "undeclared.wgsl": {"wgpu": ("undeclared.wgsl", 5, 12), "tint": ("undeclared.wgsl", 5, 12)},
+    "wrong_access.wgsl": {"wgpu": ("wrong_access.wgsl", 6, 5), "tint": ("wrong_access.wgsl", 6, 15)},
+    # portability: only one compiler catches each
+    "nonuniform_barrier.wgsl": {"tint": ("nonuniform_barrier.wgsl", 7, 9)},
+    "storage_pointer_param.wgsl": {"wgpu": ("storage_pointer_param.wgsl", 4, 1)},
+    # an error inside an included file is reported at that file's line
+    "uses_bad_helper.wgsl": {"wgpu": ("bad_helper.wgsl", 3, 16), "tint": ("bad_helper.wgsl", 3, 16)},
+}
+
+
+def cli(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "rlx_gpu", "check-shaders", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.mark.gpu
+def test_shipped_shaders_pass_wgpu():
+    res = check.run([], ["wgpu"])
+    assert {Path(r.file).name for r in res} == {p.name for p in kernels.shader_dir().glob("*.wgsl")}
+    assert all(r.status == "pass" for r in res), check.report(res)
+
+
+@needs_tint
+def test_shipped_shaders_pass_tint():
+    res = check.run([], ["tint"])
+    assert res and all(r.status == "pass" for r in res), check.report(res)
+
+
+def test_runtime_constants_are_the_ones_the_optimizers_use():
+    import rlx_gpu
+    consts = check.runtime_constants()
+    for cls in (rlx_gpu.Adam, rlx_gpu.SGD, rlx_gpu.RMSprop, rlx_gpu.Adagrad, rlx_gpu.LAMB):
+        assert consts[cls.shader] == {"WG": cls.WG, "EPT": cls.EPT}
+    text = check.with_defaults(kernels.load_source("adam.wgsl"), {"WG": 128, "EPT": 3})
+    assert "override WG: u32 = 128u;" in text and "override EPT: u32 = 3u;" in text
+
+
+@pytest.mark.parametrize("validator", ["wgpu", pytest.param("tint", marks=needs_tint)])
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_fixtures(name, validator):
+    if validator == "wgpu":
+        from conftest import ADAPTER
+        if not ADAPTER:
+            pytest.skip("no WebGPU adapter")
+    (res,) = check.run([str(WGSL / name)], [validator])
+    want = BROKEN[name].get(validator)
+    if want is None:
+        assert res.status == "pass", check.report([res])
+        return
+    assert res.status == "fail", check.report([res])
+    d = res.diagnostics[0]
+    assert (Path(d.file).name, d.line, d.column) == want, check.report([res])
+    assert d.message
+
+
+@pytest.mark.gpu
+def test_cli_exit_status_and_json():
+    r = cli(str(WGSL / "type_error.wgsl"), "--validator", "wgpu")
+    assert r.returncode == 1 and "type_error.wgsl:5:9" in r.stdout and "FAIL" in r.stdout
+    r = cli("--validator", "wgpu", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["ok"] and all(x["status"] == "pass" for x in rep["results"])
+    assert cli("--validator", "nope").returncode == 2
+    assert cli("no/such/file.wgsl").returncode == 2
+
+
+def test_validator_all_reports_missing_naga(monkeypatch):
+    monkeypatch.delenv("RLX_GPU_NAGA", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    (res,) = check.check_naga_cli([check.load(WGSL / "type_error.wgsl", {})], 5)
+    assert res.status == "unavailable" and "cargo install naga-cli" in res.reason
+
+
+# -- the naga CLI wrapper against a stand-in ---------------------------------------------------------
+@pytest.fixture
+def fake_naga(tmp_path, monkeypatch):
+    exe = tmp_path / "bin" / "naga"
+    exe.parent.mkdir()
+    exe.write_text(f"#!{sys.executable}\n" + (FIX / "fake_naga.py").read_text())
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    log = tmp_path / "naga.log"
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("RLX_GPU_NAGA", raising=False)
+    monkeypatch.setenv("FAKE_NAGA_LOG", str(log))
+    return exe, log
+
+
+def test_naga_cli_success_validates_and_translates(fake_naga):
+    exe, log = fake_naga
+    src = check.load(kernels.shader_dir() / "lamb.wgsl", {"WG": 128, "EPT": 3})
+    (res,) = check.check_naga_cli([src], 10)
+    assert res.status == "pass", check.report([res])
+    calls = log.read_text().splitlines()
+    assert len(calls) == 1 + 3 + 3  # validate; SPIR-V, MSL, HLSL; GLSL per entry point
+    outs = [c.split()[1] for c in calls[1:]]
+    assert [Path(o).suffix for o in outs[:3]] == [".spv", ".metal", ".hlsl"]
+    assert {c.split("--entry-point ")[1].split()[0] for c in calls[4:]} == {"moments", "trust_ratio", "apply"}
+    assert Path(calls[0].split()[0]).name == "lamb.wgsl"
+    seen = Path(str(log) + ".src").read_text()  # includes resolved, the given constants written in
+    assert "override WG: u32 = 128u;" in seen and "override EPT: u32 = 3u;" in seen and "---- begin common.wgsl ----" in seen
+
+
+def test_naga_cli_failure_maps_line(fake_naga, monkeypatch):
+    monkeypatch.setenv("FAKE_NAGA_MODE", "fail")
+    (res,) = check.check_naga_cli([check.load(WGSL / "type_error.wgsl", {})], 10)
+    assert res.status == "fail"
+    d = res.diagnostics[0]
+    assert (Path(d.file).name, d.line, d.column) == ("type_error.wgsl", 5, 9)
+    assert "expected to be `f32`" in d.message and d.target is None
+
+
+def test_naga_cli_translation_failure_names_target(fake_naga, monkeypatch):
+    monkeypatch.setenv("FAKE_NAGA_MODE", "msl")
+    (res,) = check.check_naga_cli([check.load(WGSL / "type_error.wgsl", {})], 10)
+    assert res.status == "fail" and [d.target for d in res.diagnostics] == ["MSL"]
+
+
+def test_naga_cli_hang_times_out(fake_naga, monkeypatch):
+    monkeypatch.setenv("FAKE_NAGA_MODE", "hang")
+    (res,) = check.check_naga_cli([check.load(WGSL / "type_error.wgsl", {})], 1)
+    assert res.status == "fail" and "timed out after 1 s" in res.diagnostics[0].message
+
+
+def test_naga_cli_missing_binary_named_by_env(monkeypatch):
+    monkeypatch.setenv("RLX_GPU_NAGA", "/no/such/naga")
+    (res,) = check.check_naga_cli([check.load(WGSL / "type_error.wgsl", {})], 5)
+    assert res.status == "unavailable" and "/no/such/naga" in res.reason
+
+
+def test_naga_cli_via_command_exit_status(fake_naga, monkeypatch):
+    monkeypatch.setenv("FAKE_NAGA_MODE", "fail")
+    r = cli(str(WGSL / "type_error.wgsl"), "--validator", "naga-cli", env=dict(os.environ))
+    assert r.returncode == 1 and "[naga-cli] " in r.stdout and "type_error.wgsl:5:9" in r.stdout
