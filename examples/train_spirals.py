@@ -63,13 +63,13 @@ def main(argv=None):
     t0 = time.perf_counter()
     opt = rlx_gpu.AdamW(init(rng, sizes), lr=1e-2, weight_decay=1e-4, device=args.device)
     print(f"adapter: {opt.device.name} ({opt.device.info['backend']}, {opt.device.info['type']})")
-    host = {n: t.numpy() for n, t in opt.params.items()}
+    host = opt.read_params()
     for step in range(1, args.steps + 1):
         loss, acc, grads = loss_and_grads(host, x, y, len(sizes) - 1)
         if step == 1 or step % 50 == 0:
             print(f"step {step:4d}  loss {loss:.4f}  accuracy {acc:.3f}")
         opt.step(grads)
-        host = {n: t.numpy() for n, t in opt.params.items()}
+        host = opt.read_params()  # every parameter back in one transfer
     loss, acc, _ = loss_and_grads(host, x, y, len(sizes) - 1)
     print(f"final loss {loss:.4f}, accuracy {acc:.3f}, {args.steps} steps in {time.perf_counter() - t0:.1f} s")
     return loss, acc

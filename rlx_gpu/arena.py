@@ -97,25 +97,38 @@ class Arena:
 
     def __init__(self, device, layout: Layout, label: str):
         self.device, self.layout, self.label = device, layout, label
-        self.buffers = [device.buffer(4 * n, f"{label}[{i}]") for i, n in enumerate(layout.chunk_elems)]
+        self.buffers = [device.buffer(4 * n, f"{label}[{i}]", mappable=True) for i, n in enumerate(layout.chunk_elems)]
 
     def read_all(self) -> list[np.ndarray]:
-        """Every chunk read back to the host (one transfer per chunk)."""
-        return [self.device.read(b, 0, 4 * n, out=np.empty(n, np.float32))
-                for b, n in zip(self.buffers, self.layout.chunk_elems)]
+        """Every chunk read back to the host, in one batched transfer."""
+        out = [np.empty(n, np.float32) for n in self.layout.chunk_elems]
+        self.device.transfer.download([(b, 0, o.view(np.uint8)) for b, o in zip(self.buffers, out)])
+        return out
+
+    def _items(self, t: int, host: np.ndarray):
+        """(buffer, byte offset, uint8 view of ``host``) for each piece of tensor ``t``."""
+        u8 = host.reshape(-1).view(np.uint8)
+        return [(self.buffers[c], 4 * off, u8[4 * toff:4 * (toff + ln)])
+                for (c, off, ln, toff) in self.layout.pieces[t] if ln]
+
+    def read_many(self, tensors) -> list[np.ndarray]:
+        """Flat float32 copies of several tensors, in one batched transfer."""
+        outs = [np.empty(self.layout.sizes[t], np.float32) for t in tensors]
+        self.device.transfer.download([it for t, o in zip(tensors, outs) for it in self._items(t, o)])
+        return outs
 
     def read(self, t: int, shape) -> np.ndarray:
-        out = np.empty(self.layout.sizes[t], np.float32)
-        for (c, off, ln, toff) in self.layout.pieces[t]:
-            if ln:
-                self.device.read(self.buffers[c], 4 * off, 4 * ln, out=out[toff:toff + ln])
-        return out.reshape(shape)
+        return self.read_many([t])[0].reshape(shape)
+
+    def write_many(self, pairs) -> None:
+        """Upload several ``(tensor index, float32 array)`` pairs in one batched transfer."""
+        items = []
+        for t, data in pairs:
+            items += self._items(t, np.ascontiguousarray(data, np.float32))
+        self.device.transfer.upload(items)
 
     def write(self, t: int, data: np.ndarray):
-        flat = np.ascontiguousarray(data, np.float32).reshape(-1)
-        for (c, off, ln, toff) in self.layout.pieces[t]:
-            if ln:
-                self.device.queue.write_buffer(self.buffers[c], 4 * off, flat[toff:toff + ln])
+        self.write_many([(t, data)])
 
     def fill(self, t: int, value: float):
         self.write(t, np.full(self.layout.sizes[t], value, np.float32))

@@ -117,10 +117,15 @@ class Device:
         wgpu = _wgpu()
         self.adapter = adapter
         self.info = _describe(adapter)
+        # On a CPU adapter device memory is host memory: arenas that the host can map directly make each
+        # transfer one memcpy instead of two (measured on llvmpipe: 5-6 GB/s against 2-3 through staging).
+        self.host_mappable = (self.info["type"] == "CPU" and "mappable-primary-buffers" in adapter.features)
         if _device is None:
             lim = adapter.limits
             required = {k: lim[k] for k in _LIMITS if k in lim}
             feats = [f for f in _FEATURES if f in adapter.features]
+            if self.host_mappable:
+                feats.append("mappable-primary-buffers")
             _device = adapter.request_device_sync(required_features=feats, required_limits=required)
         self.wgpu = wgpu
         self.device = _device
@@ -150,10 +155,15 @@ class Device:
                       max_storage_binding=max_storage_binding)
 
     # -- buffers -----------------------------------------------------------------------------
-    def buffer(self, size: int, label: str, *, usage=None, data: np.ndarray | None = None):
-        """A storage buffer of ``size`` bytes (rounded up to 16), zero-filled or holding ``data``."""
+    def buffer(self, size: int, label: str, *, usage=None, data: np.ndarray | None = None, mappable=False):
+        """A storage buffer of ``size`` bytes (rounded up to 16), zero-filled or holding ``data``.
+
+        ``mappable``: on devices where the host can map storage buffers (CPU adapters), make it mappable so
+        transfers copy straight in and out of it."""
         u = self.wgpu.BufferUsage
         usage = usage if usage is not None else (u.STORAGE | u.COPY_SRC | u.COPY_DST)
+        if mappable and self.host_mappable:
+            usage |= u.MAP_READ | u.MAP_WRITE
         size = max(16, -(-int(size) // 16) * 16)
         try:
             buf = self.device.create_buffer(size=size, usage=usage, label=label)
@@ -163,11 +173,17 @@ class Device:
             self.queue.write_buffer(buf, 0, np.ascontiguousarray(data))
         return buf
 
-    STAGING = 64 << 20  # bytes per read-back round; the staging buffer is made once and reused
+    @property
+    def transfer(self):
+        """The device's :class:`rlx_gpu.transfer.Transfer` (persistent staging buffers, made on first use)."""
+        if "transfer" not in self._shared:
+            from .transfer import Transfer
+            self._shared["transfer"] = Transfer(self)
+        return self._shared["transfer"]
 
     def read(self, buf, offset: int = 0, size: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
-        """Read ``size`` bytes of ``buf`` from ``offset`` into ``out`` (a contiguous array of that many bytes,
-        allocated as uint8 when not given), through one persistent mapped staging buffer."""
+        """Read ``size`` bytes of ``buf`` from ``offset`` into ``out`` (a C-contiguous array of that many bytes,
+        allocated as uint8 when not given)."""
         size = buf.size - offset if size is None else int(size)
         dest = np.empty(size, np.uint8) if out is None else out
         if not dest.flags.c_contiguous:
@@ -175,23 +191,7 @@ class Device:
         flat = dest.reshape(-1).view(np.uint8)
         if flat.nbytes != size:
             raise ValueError(f"read: out holds {flat.nbytes} bytes, expected {size}")
-        u = self.wgpu.BufferUsage
-        st = self._shared.get("staging")
-        if st is None:
-            st = self._shared["staging"] = self.device.create_buffer(
-                size=self.STAGING, usage=u.MAP_READ | u.COPY_DST, label="read staging")
-        done = 0
-        while done < size:
-            n = min(self.STAGING, size - done)
-            enc = self.device.create_command_encoder()
-            enc.copy_buffer_to_buffer(buf, offset + done, st, 0, n)
-            self.queue.submit([enc.finish()])
-            st.map_sync("READ", 0, n)
-            try:
-                flat[done:done + n] = np.frombuffer(st.read_mapped(0, n, copy=False), np.uint8)
-            finally:
-                st.unmap()
-            done += n
+        self.transfer.download([(buf, offset, flat)])
         return dest
 
     def submit(self, encoder):

@@ -47,8 +47,7 @@ class Optimizer:
                              block=self.WG * self.EPT * 4)
         self._param = Arena(dev, self.layout, f"{name}.params")
         self._grad = Arena(dev, self.layout, f"{name}.grads")
-        for i, a in enumerate(arrays.values()):
-            self._param.write(i, a)
+        self._param.write_many(enumerate(arrays.values()))
         self.params = {n: DeviceTensor(self._param, i, n, self._shapes[n]) for i, n in enumerate(self._names)}
         self.grads = {n: DeviceTensor(self._grad, i, n, self._shapes[n]) for i, n in enumerate(self._names)}
         self._state: dict[str, Arena] = {}
@@ -103,6 +102,15 @@ class Optimizer:
         return self._binds[key]
 
     # -- the step --------------------------------------------------------------------------------
+    def read_params(self, names=None) -> dict:
+        """Host copies of the parameters (all, or ``names``), read back in one batched transfer."""
+        names = list(self._names if names is None else names)
+        for n in names:
+            if n not in self._index:
+                raise KeyError(f"{type(self).__name__}.read_params: unknown tensor {n!r}")
+        flat = self._param.read_many([self._index[n] for n in names])
+        return {n: f.reshape(self._shapes[n]) for n, f in zip(names, flat)}
+
     def set_lr(self, lr: float) -> None:
         """Set the learning rate of every param group (takes effect at the next step)."""
         for g in self.param_groups:
@@ -133,6 +141,7 @@ class Optimizer:
             active[[self._index[k] for k in grads]] = True
         enc = self.device.device.create_command_encoder()
         if grads is not None:
+            host = []
             for k, g in grads.items():
                 i = self._index[k]
                 if isinstance(g, DeviceTensor):
@@ -143,9 +152,10 @@ class Optimizer:
                         for s, d in zip(src, dst):
                             enc.copy_buffer_to_buffer(s["buffer"], s["offset"], d["buffer"], d["offset"], s["size"])
                     else:
-                        self._grad.write(i, g.numpy())
+                        host.append((i, g.numpy()))
                 else:
-                    self._grad.write(i, g)
+                    host.append((i, g))
+            self._grad.write_many(host)  # all host grads in one batched upload
         fresh = [set() for _ in range(n)]
         for t in np.flatnonzero(active):
             for s in self.spec.state_names(self.param_groups[self._group_of[t]]):
@@ -240,8 +250,7 @@ class Optimizer:
                 flat = v.reshape(-1)
                 for (c, off, ln, toff) in self.layout.pieces[t]:
                     chunks[c][off:off + ln] = flat[toff:toff + ln]
-            for buf, host in zip(arena.buffers, chunks):
-                self.device.queue.write_buffer(buf, 0, host)
+            self.device.transfer.upload([(b, 0, h.view(np.uint8)) for b, h in zip(arena.buffers, chunks)])
         for t, n in enumerate(self._names):
             st = state.get(n)
             if st is None:

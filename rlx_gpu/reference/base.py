@@ -63,6 +63,10 @@ class ReferenceOptimizer:
         for g in self.param_groups:
             g["lr"] = lr
 
+    def read_params(self, names=None) -> dict:
+        """Copies of the parameters (all, or ``names``), as the GPU class returns them."""
+        return {n: self.params[n].copy() for n in (self.params if names is None else names)}
+
     def zero_grad(self) -> None:
         for g in self.grads.values():
             g.fill(0)
