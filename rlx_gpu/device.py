@@ -141,6 +141,10 @@ class Device:
         self.max_workgroups = int(self.limits["max-compute-workgroups-per-dimension"])
         # Shared between views of the same wgpu device (pipelines, tuned kernel parameters).
         self._shared = _shared if _shared is not None else {"pipelines": {}, "lock": threading.Lock()}
+        if _shared is None and not self.host_mappable:
+            # Staging buffers are made before any arena: on the H200, staging made after large buffers had
+            # been freed left every kernel 10-25% slower for the life of the process (PERF_NOTES.md, 11).
+            self.transfer.reserve()
 
     def __repr__(self):
         return f"<rlx_gpu.Device {self.info['name']} ({self.info['backend']}, {self.info['type']})>"

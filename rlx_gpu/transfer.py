@@ -26,6 +26,11 @@ class Transfer:
         self.threads = n
         self._stage = {"down": [], "up": []}
 
+    def reserve(self) -> None:
+        """Make the four staging buffers now (two per direction)."""
+        for kind in ("down", "up"):
+            self._stage_buf(kind, 1)
+
     def _stage_buf(self, kind: str, i: int):
         bufs = self._stage[kind]
         while len(bufs) <= i:
