@@ -34,7 +34,11 @@ def validate_group(owner: str, group: dict, defaults: dict) -> None:
             if not isinstance(v, (tuple, list)) or len(v) != len(default):
                 raise ValueError(f"{owner}: {name} must be a pair of numbers, got {v!r}")
             for i, b in enumerate(v):
-                if not isinstance(b, Real) or isinstance(b, bool) or not (0.0 <= b < 1.0):
+                ok = isinstance(b, Real) and not isinstance(b, bool)
+                if name == "nus":  # QHAdam's interpolation weights: [0, 1]
+                    if not (ok and 0.0 <= b <= 1.0):
+                        raise ValueError(f"Invalid nu parameter at index {i}: {b}")
+                elif not (ok and 0.0 <= b < 1.0):
                     raise ValueError(f"Invalid beta parameter at index {i}: {b}")
         elif isinstance(default, Real):
             if not isinstance(v, Real) or isinstance(v, bool):
@@ -85,32 +89,37 @@ def parse_params(owner: str, params, defaults: dict):
     return groups, arrays
 
 
-def check_grads(owner: str, grads, shapes: dict, device_tensor_type=None, device=None) -> dict:
-    """Validate a ``step(grads)`` dict before anything changes; returns it."""
+def check_grads(owner: str, grads, shapes: dict, device_tensor_type=None, device=None, call: str = "step",
+                noun: str = "grad") -> dict:
+    """Validate a ``step(grads)`` dict (or another per-tensor dict) before anything changes; returns it."""
+    owner = f"{owner}.{call}"
     if not isinstance(grads, dict):
-        raise TypeError(f"{owner}.step: grads must be a dict name -> array, got {type(grads).__name__}")
+        raise TypeError(f"{owner}: {noun}s must be a dict name -> array, got {type(grads).__name__}")
     for name, g in grads.items():
         if name not in shapes:
-            raise KeyError(f"{owner}.step: grad for unknown tensor {name!r}")
+            raise KeyError(f"{owner}: {noun} for unknown tensor {name!r}")
         want = shapes[name]
         if device_tensor_type is not None and isinstance(g, device_tensor_type):
             if g.device.device is not device.device:
-                raise ValueError(f"{owner}.step: grad for {name!r} lives on another device ({g.device.name})")
+                raise ValueError(f"{owner}: {noun} for {name!r} lives on another device ({g.device.name})")
             shape = g.shape
         elif isinstance(g, np.ndarray):
             if g.dtype != np.float32:
-                raise TypeError(f"{owner}.step: grad for {name!r} has dtype {g.dtype}, expected float32")
+                raise TypeError(f"{owner}: {noun} for {name!r} has dtype {g.dtype}, expected float32")
             shape = g.shape
         else:
-            raise TypeError(f"{owner}.step: grad for {name!r} must be a float32 numpy array"
+            raise TypeError(f"{owner}: {noun} for {name!r} must be a float32 numpy array"
                             f"{' or DeviceTensor' if device_tensor_type else ''}, got {type(g).__name__}")
         if tuple(shape) != tuple(want):
-            raise ValueError(f"{owner}.step: grad for {name!r} has shape {tuple(shape)}, expected {tuple(want)}")
+            raise ValueError(f"{owner}: {noun} for {name!r} has shape {tuple(shape)}, expected {tuple(want)}")
     return grads
 
 
-def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tuple, defaults: dict):
-    """Validate a state dict fully before anything is loaded; returns (state, new hyperparameters)."""
+def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tuple, defaults: dict,
+                     scalar_states: tuple = ()):
+    """Validate a state dict fully before anything is loaded; returns (state, new hyperparameters).
+
+    ``scalar_states`` are kept per tensor as 0-d arrays (NAdam's ``mu_product``); the rest have the tensor's shape."""
     if not isinstance(sd, dict) or "state" not in sd or "param_groups" not in sd:
         raise ValueError(f"{owner}.load_state_dict: expected a dict with 'state' and 'param_groups'")
     pgs = sd["param_groups"]
@@ -147,9 +156,9 @@ def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tu
             a = np.asarray(v)
             if a.dtype != np.float32:
                 raise TypeError(f"{owner}.load_state_dict: {k} of {name!r} has dtype {a.dtype}, expected float32")
-            if a.shape != tuple(shapes[name]):
-                raise ValueError(f"{owner}.load_state_dict: {k} of {name!r} has shape {a.shape}, "
-                                 f"expected {tuple(shapes[name])}")
+            want = () if k in scalar_states else tuple(shapes[name])
+            if a.shape != want:
+                raise ValueError(f"{owner}.load_state_dict: {k} of {name!r} has shape {a.shape}, expected {want}")
             out[k] = a
         state[name] = out
     return state, hypers

@@ -24,7 +24,7 @@ class Adagrad(Optimizer):
         super().__init__(params, device=device, lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                          initial_accumulator_value=initial_accumulator_value, eps=eps, maximize=maximize)
 
-    def _fill(self, g, t, fresh, rec):
+    def _fill(self, g, t, fresh, rec, sel):
         rec[:, 1] = g["weight_decay"]
         rec[:, 2] = -(g["lr"] / (1 + (t - 1) * g["lr_decay"]))
         rec[:, 3] = g["eps"]

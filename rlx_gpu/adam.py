@@ -27,7 +27,7 @@ class Adam(Optimizer):
         super().__init__(params, device=device, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          amsgrad=amsgrad, maximize=maximize)
 
-    def _fill(self, g, t, fresh, rec):
+    def _fill(self, g, t, fresh, rec, sel):
         lr, (b1, b2), wd = g["lr"], g["betas"], g["weight_decay"]
         rec[:, 1] = 1 - lr * wd
         rec[:, 2] = wd

@@ -31,7 +31,7 @@ class LAMB(Optimizer):
     def _buffers(self, chunk):
         return dict(super()._buffers(chunk), partials=self._partials, ratio=self._ratio)
 
-    def _fill(self, g, t, fresh, rec):
+    def _fill(self, g, t, fresh, rec, sel):
         b1, b2 = g["betas"]
         rec[:, 1] = 1 - b1
         rec[:, 2] = b2

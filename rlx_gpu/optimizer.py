@@ -53,6 +53,9 @@ class Optimizer:
         self._state: dict[str, Arena] = {}
         self._dummies: dict[str, object] = {}
         self._steps = np.zeros(len(self._names), np.int64)
+        # Scalar states (one float32 per tensor) live on the host; _fill reads and advances them.
+        self._scalars = {s: np.array([spec.init_value(s, self.param_groups[g]) for g in self._group_of], np.float32)
+                         for s in spec.scalar_states}
         self._materialized = [set() for _ in self._names]
         self._hyper = dev.buffer(4 * REC * len(self._names), f"{name}.hyper")
         self._blocks = [dev.buffer(b.nbytes, f"{name}.blocks[{c}]", data=b) for c, b in enumerate(self.layout.blocks)]
@@ -64,7 +67,9 @@ class Optimizer:
         self._kernels = {e: get_kernel(dev, self.shader, e, WG=self.WG, EPT=self.EPT) for e in self.entries}
 
     # -- state arenas ----------------------------------------------------------------------------
-    def _ensure(self, s: str) -> Arena:
+    def _ensure(self, s: str):
+        if s in self.spec.scalar_states:
+            return None
         if s not in self._state:
             self._state[s] = Arena(self.device, self.layout, f"{type(self).__name__}.{s}")
             self._binds.clear()
@@ -76,6 +81,8 @@ class Optimizer:
             self._steps[t] = 0
             g = self.param_groups[self._group_of[t]]
             self._materialized[t] = set(self.spec.eager_state)
+            for s, v in self._scalars.items():
+                v[t] = self.spec.init_value(s, g)
             for s, arena in self._state.items():
                 v = self.spec.init_value(s, g) if s in self.spec.eager_state else 0.0
                 arena.fill(t, v)
@@ -163,6 +170,7 @@ class Optimizer:
                 if s not in self._materialized[t]:
                     fresh[t].add(s)
         steps = self._steps + active
+        self._pending = {s: v.copy() for s, v in self._scalars.items()}
         self._write_records(active, steps, fresh)
         self._encode(enc)
         try:
@@ -170,6 +178,8 @@ class Optimizer:
         except Exception as e:
             raise RuntimeError(f"rlx_gpu: {name} step ({self.shader}) failed on {self.device.name}: {e}") from e
         self._steps = steps
+        for s, v in self._pending.items():
+            self._scalars[s][active] = v[active]
         for t in np.flatnonzero(active):
             self._materialized[t] |= fresh[t]
 
@@ -182,7 +192,7 @@ class Optimizer:
             if not len(sel):
                 continue
             sub = np.zeros((len(sel), REC), np.float64)
-            f = self._fill(g, np.maximum(steps[sel], 1).astype(np.float64), [fresh[t] for t in sel], sub)
+            f = self._fill(g, np.maximum(steps[sel], 1).astype(np.float64), [fresh[t] for t in sel], sub, sel)
             flags[sel] = np.asarray(f, np.uint32) | (MAXIMIZE if g.get("maximize") else 0)
             vals[sel] = sub
         words = vals.astype(np.float32).view(np.uint32)
@@ -191,8 +201,11 @@ class Optimizer:
         words[:, 15] = self.layout.num_blocks
         self.device.queue.write_buffer(self._hyper, 0, np.ascontiguousarray(words))
 
-    def _fill(self, group: dict, t: np.ndarray, fresh: list, rec: np.ndarray):
+    def _fill(self, group: dict, t: np.ndarray, fresh: list, rec: np.ndarray, sel: np.ndarray):
         """Fill ``rec[:, 1:14]`` (float64, one row per tensor of ``group`` at steps ``t``); return flags.
+
+        ``sel`` holds the tensors' indices; scalar states are advanced in ``self._pending[name][sel]`` (kept
+        only for tensors that step).
 
         ``t`` is the step each tensor reaches this step (at least 1; inactive tensors' rows are ignored).
         ``fresh[i]`` names the state buffers tensor i gets this step (SGD seeds its momentum from it)."""
@@ -216,7 +229,8 @@ class Optimizer:
             st = {"step": int(self._steps[t])}
             for s in self.spec.all_state_names:
                 if s in self._materialized[t]:
-                    st[s] = self.layout.gather(host[s], t, self._shapes[n])
+                    st[s] = (np.array(self._scalars[s][t], np.float32) if s in self._scalars
+                             else self.layout.gather(host[s], t, self._shapes[n]))
             state[n] = st
         groups = [dict({k: v for k, v in g.items() if k != "params"}, params=list(g["params"]))
                   for g in self.param_groups]
@@ -226,7 +240,7 @@ class Optimizer:
         """Restore a state dict (from this class or its NumPy twin); checked fully before anything changes."""
         name = type(self).__name__
         state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes, self.spec.all_state_names,
-                                         self.defaults)
+                                         self.defaults, self.spec.scalar_states)
         for h in hypers:
             self.spec.check(h)
         for st in state.values():
@@ -253,6 +267,9 @@ class Optimizer:
             self.device.transfer.upload([(b, 0, h.view(np.uint8)) for b, h in zip(arena.buffers, chunks)])
         for t, n in enumerate(self._names):
             st = state.get(n)
+            g = self.param_groups[self._group_of[t]]
+            for s, v in self._scalars.items():
+                v[t] = st[s] if st is not None and s in st else self.spec.init_value(s, g)
             if st is None:
                 self._steps[t] = 0
                 self._materialized[t] = set(self.spec.eager_state)

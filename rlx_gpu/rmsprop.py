@@ -25,7 +25,7 @@ class RMSprop(Optimizer):
         super().__init__(params, device=device, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
                          momentum=momentum, centered=centered, maximize=maximize)
 
-    def _fill(self, g, t, fresh, rec):
+    def _fill(self, g, t, fresh, rec, sel):
         rec[:, 1] = g["weight_decay"]
         rec[:, 2] = g["alpha"]
         rec[:, 3] = 1 - g["alpha"]

@@ -27,7 +27,7 @@ class SGD(Optimizer):
         super().__init__(params, device=device, lr=lr, momentum=momentum, dampening=dampening,
                          weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
 
-    def _fill(self, g, t, fresh, rec):
+    def _fill(self, g, t, fresh, rec, sel):
         rec[:, 1] = g["weight_decay"]
         rec[:, 2] = g["momentum"]
         rec[:, 3] = 1 - g["dampening"]

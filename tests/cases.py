@@ -26,6 +26,18 @@ TABLE = [
     (rlx_gpu.LAMB, R.LAMB, [{}, {"bias_correction": False}, {"weight_decay": 0.0},
                             {"maximize": True, "weight_decay": 0.1}],
      {"lr": 1e-2, "weight_decay": 0.0, "betas": (0.5, 0.9)}),
+    (rlx_gpu.NAdamW, R.NAdamW, [{}, {"weight_decay": 0.0}, {"maximize": True, "momentum_decay": 0.1}],
+     {"lr": 1e-3, "betas": (0.8, 0.99), "weight_decay": 0.1}),
+    (rlx_gpu.RAdam, R.RAdam, [{}, {"weight_decay": 0.1}, {"weight_decay": 0.1, "decoupled_weight_decay": True},
+                              {"maximize": True, "betas": (0.9, 0.9)}],
+     {"lr": 3e-3, "betas": (0.5, 0.99), "weight_decay": 0.05}),
+    (rlx_gpu.QHAdamW, R.QHAdamW, [{}, {"nus": (0.7, 1.0), "betas": (0.995, 0.999)}, {"nus": (0.5, 0.8)},
+                                  {"weight_decay": 0.1, "eps": 0.0, "nus": (0.7, 0.9)}],
+     {"lr": 3e-3, "nus": (0.3, 0.6), "weight_decay": 0.01}),
+    (rlx_gpu.Lion, R.Lion, [{}, {"weight_decay": 0.1}, {"betas": (0.95, 0.98), "lr": 3e-4}],
+     {"lr": 1e-3, "betas": (0.5, 0.9), "weight_decay": 0.2}),
+    (rlx_gpu.SophiaH, R.SophiaH, [{}, {"weight_decay": 0.0}, {"maximize": True, "rho": 0.5}],
+     {"lr": 1e-3, "rho": 0.1, "betas": (0.9, 0.95)}),
 ]
 
 CASES = [(gpu, twin, opts) for gpu, twin, sets, _ in TABLE for opts in sets]

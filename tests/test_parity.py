@@ -93,4 +93,26 @@ def test_device_grads_and_zero_grad(gpu_cls, twin_cls, opts, device):
 def test_table_covers_every_optimizer():
     import rlx_gpu
     names = {row[0].__name__ for row in TABLE}
-    assert names == {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB"} <= set(rlx_gpu.__all__)
+    every = {n for n in rlx_gpu.__all__ if isinstance(getattr(rlx_gpu, n), type)
+             and issubclass(getattr(rlx_gpu, n), rlx_gpu.Optimizer) and n != "Optimizer"}
+    assert names == every
+
+
+def test_sophia_hessian_updates_match(device):
+    """Sophia-H's Hessian EMA from update_hessian, interleaved with steps, GPU vs twin."""
+    import rlx_gpu
+    params = make_params([33, (4, 5), 2049], seed=20)
+    gpu, twin = rlx_gpu.SophiaH(params, lr=1e-2, device=device), rlx_gpu.reference.SophiaH(params, lr=1e-2)
+    rng = np.random.default_rng(21)
+    for s in range(12):
+        if s % 3 == 0:
+            est = {n: np.abs(rng.standard_normal(p.shape)).astype(np.float32) for n, p in params.items()
+                   if not (s == 3 and n == "t0")}
+            gpu.update_hessian(est)
+            twin.update_hessian(est)
+        g = make_grads(params, rng)
+        gpu.step(g)
+        twin.step(g)
+    assert_same(gpu, twin, "SophiaH")
+    with pytest.raises(ValueError, match=r"update_hessian: estimate for 't0' has shape \(4,\), expected \(33,\)"):
+        gpu.update_hessian({"t0": np.zeros(4, np.float32)})

@@ -111,7 +111,12 @@ ORACLE = [
                             {"centered": True, "momentum": 0.5, "maximize": True, "alpha": 0.3}]),
     (R.Adagrad, "Adagrad", [{}, {"lr_decay": 0.1, "initial_accumulator_value": 0.5},
                             {"weight_decay": 0.1, "maximize": True}]),
+    (R.NAdamW, "NAdam", [{}, {"weight_decay": 0.0, "momentum_decay": 0.1}, {"maximize": True, "lr": 1e-2}]),
+    (R.RAdam, "RAdam", [{}, {"weight_decay": 0.1}, {"weight_decay": 0.1, "decoupled_weight_decay": True},
+                        {"maximize": True, "betas": (0.9, 0.9)}]),
 ]
+# Extra torch arguments where our class fixes a choice torch leaves open.
+TORCH_EXTRA = {"NAdam": {"decoupled_weight_decay": True}}
 
 
 @pytest.mark.parametrize("twin_cls,torch_name,opts",
@@ -124,7 +129,9 @@ def test_twin_matches_torch(twin_cls, torch_name, opts):
     init = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
     twin = twin_cls(init, **opts)
     tp = {n: torch.tensor(v, requires_grad=True) for n, v in init.items()}
-    topt = getattr(torch.optim, torch_name)(list(tp.values()), **opts, foreach=False)
+    hyper = {k: v for k, v in twin.param_groups[0].items() if k != "params"}
+    topt = getattr(torch.optim, torch_name)(list(tp.values()), **hyper, **TORCH_EXTRA.get(torch_name, {}),
+                                            foreach=False)
     for s in range(20):
         g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in init.items()}
         if s % 4 == 3:
@@ -144,3 +151,82 @@ def test_twin_matches_torch(twin_cls, torch_name, opts):
                 assert "step" not in tstate or v == int(tstate["step"]), n
             else:
                 np.testing.assert_allclose(v, tstate[k].numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{k} of {n}")
+
+
+# -- float64 formulas as the oracle where no importable library has the algorithm ----------------------
+def qhadamw64(p, grads, lr=1e-3, betas=(0.9, 0.999), nus=(1.0, 1.0), eps=1e-8, weight_decay=0.0):
+    m, v, w1, w2 = np.zeros_like(p), np.zeros_like(p), 0.0, 0.0
+    for g in grads:
+        p = p * (1 - lr * weight_decay)
+        w1, w2 = 1 + betas[0] * w1, 1 + betas[1] * w2
+        b1, b2 = 1 - 1 / w1, 1 - 1 / w2
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        p = p - lr * (nus[0] * m + (1 - nus[0]) * g) / (np.sqrt(nus[1] * v + (1 - nus[1]) * g * g) + eps)
+    return p
+
+
+def lion64(p, grads, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0):
+    m = np.zeros_like(p)
+    for g in grads:
+        p = p * (1 - lr * weight_decay) - lr * np.sign(betas[0] * m + (1 - betas[0]) * g)
+        m = betas[1] * m + (1 - betas[1]) * g
+    return p
+
+
+def sophia64(p, grads, hess, lr=1e-4, betas=(0.965, 0.99), rho=0.04, eps=1e-15, weight_decay=0.1):
+    m, h = np.zeros_like(p), np.zeros_like(p)
+    for i, g in enumerate(grads):
+        if i in hess:
+            h = betas[1] * h + (1 - betas[1]) * hess[i]
+        m = betas[0] * m + (1 - betas[0]) * g
+        p = p * (1 - lr * weight_decay) - lr * np.sign(m) * np.minimum(np.abs(m) / np.maximum(rho * h, eps), 1)
+    return p
+
+
+FORMULAS = [
+    (R.QHAdamW, qhadamw64, [{}, {"nus": (0.7, 1.0), "betas": (0.995, 0.999), "lr": 1e-2},
+                            {"nus": (0.5, 0.8), "weight_decay": 0.1}]),
+    (R.Lion, lion64, [{}, {"lr": 1e-3, "weight_decay": 0.5, "betas": (0.95, 0.98)}]),
+]
+
+
+@pytest.mark.parametrize("twin_cls,formula,opts", [(c, f, o) for c, f, sets in FORMULAS for o in sets],
+                         ids=lambda v: v.__name__ if callable(v) else str(v))
+def test_twin_matches_float64_formula(twin_cls, formula, opts):
+    rng = np.random.default_rng(3)
+    p0 = rng.standard_normal(200).astype(np.float32)
+    grads = [rng.standard_normal(200).astype(np.float32) for _ in range(15)]
+    twin = twin_cls({"w": p0}, **opts)
+    for g in grads:
+        twin.step({"w": g})
+    want = formula(p0.astype(np.float64), [g.astype(np.float64) for g in grads], **opts)
+    # float32 twin against the float64 formula, 15 steps: a few float32 roundings per step.
+    np.testing.assert_allclose(twin.params["w"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_sophia_twin_matches_float64_formula():
+    rng = np.random.default_rng(4)
+    p0 = rng.standard_normal(200).astype(np.float32)
+    grads = [rng.standard_normal(200).astype(np.float32) for _ in range(15)]
+    hess = {i: np.abs(rng.standard_normal(200)).astype(np.float32) for i in (0, 5, 10)}
+    opts = {"lr": 1e-2, "rho": 0.05}
+    twin = R.SophiaH({"w": p0}, **opts)
+    for i, g in enumerate(grads):
+        if i in hess:
+            twin.update_hessian({"w": hess[i]})
+        twin.step({"w": g})
+    want = sophia64(p0.astype(np.float64), [g.astype(np.float64) for g in grads],
+                    {i: h.astype(np.float64) for i, h in hess.items()}, **opts)
+    np.testing.assert_allclose(twin.params["w"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_qhadamw_with_unit_nus_is_adamw():
+    rng = np.random.default_rng(5)
+    p0 = rng.standard_normal(50).astype(np.float32)
+    a, q = R.AdamW({"w": p0}, weight_decay=0.1, eps=1e-8), R.QHAdamW({"w": p0}, weight_decay=0.1)
+    for _ in range(10):
+        g = rng.standard_normal(50).astype(np.float32)
+        a.step({"w": g})
+        q.step({"w": g})
+    np.testing.assert_allclose(q.params["w"], a.params["w"], rtol=1e-5, atol=1e-6)

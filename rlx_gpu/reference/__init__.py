@@ -5,7 +5,13 @@ from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .base import ReferenceOptimizer
 from .lamb import LAMB
+from .lion import Lion
+from .nadam import NAdamW
+from .qhadam import QHAdamW
+from .radam import RAdam
 from .rmsprop import RMSprop
 from .sgd import SGD
+from .sophia import SophiaH
 
-__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "ReferenceOptimizer"]
+__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH",
+           "ReferenceOptimizer"]

@@ -22,6 +22,8 @@ class ReferenceOptimizer:
     all_state_names: tuple = ()
     #: State buffers created for every tensor at construction (Adagrad's ``sum``).
     eager_state: tuple = ()
+    #: States that are one number per tensor (0-d float32 arrays), kept on the host by the GPU class.
+    scalar_states: tuple = ()
 
     # -- the spec, shared with the GPU class ----------------------------------------------------
     @classmethod
@@ -83,7 +85,8 @@ class ReferenceOptimizer:
             fresh = set()
             for s in self.state_names(group):
                 if s not in st:
-                    st[s] = np.full(self.params[n].shape, self.init_value(s, group), F32)
+                    shape = () if s in self.scalar_states else self.params[n].shape
+                    st[s] = np.full(shape, self.init_value(s, group), F32)
                     fresh.add(s)
             st["step"] += 1
             self._update(self.params[n], np.asarray(g, F32).copy(), st, group, fresh)
@@ -98,7 +101,7 @@ class ReferenceOptimizer:
     def load_state_dict(self, sd: dict) -> None:
         name = type(self).__name__
         state, hypers = check_state_dict(name, sd, self.param_groups, {n: p.shape for n, p in self.params.items()},
-                                         self.all_state_names, self.defaults)
+                                         self.all_state_names, self.defaults, self.scalar_states)
         for h in hypers:
             self.check(h)
         for g, h in zip(self.param_groups, hypers):

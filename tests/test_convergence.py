@@ -1,0 +1,78 @@
+"""Every GPU optimizer reaches the minimum of a parabola and of the Rosenbrock function from a fixed start.
+
+The tolerance and the settings of each are in the table; they are what these algorithms reach in the given
+number of steps in float32 (measured with the NumPy twins, whose parity with the GPU is tested elsewhere).
+"""
+import numpy as np
+import pytest
+
+import rlx_gpu
+
+pytestmark = pytest.mark.gpu
+
+C = np.array([1.0, -2.0, 0.5], np.float32)  # parabola 0.5*|x - C|^2 from x = 0
+
+
+def rosenbrock(x):
+    a, b = float(x[0]), float(x[1])
+    return (1 - a) ** 2 + 100 * (b - a * a) ** 2
+
+
+def rosen_grad(x):
+    a, b = x
+    return np.array([-2 * (1 - a) - 400 * a * (b - a * a), 200 * (b - a * a)], np.float32)
+
+
+def rosen_hess_diag(x):
+    a, b = x
+    return np.array([2 - 400 * b + 1200 * a * a, 200.0], np.float32)
+
+
+# name: (options for the parabola, |x - C|_inf tolerance after 400 steps,
+#        options for Rosenbrock from (-1, 1), tolerance on f after 1500 steps (None: not expected))
+TABLE = {
+    "Adam": ({"lr": 0.05}, 1e-2, {"lr": 2e-2}, 1e-6),
+    "AdamW": ({"lr": 0.05, "weight_decay": 0.0}, 1e-2, {"lr": 2e-2, "weight_decay": 0.0}, 1e-6),
+    "SGD": ({"lr": 0.1, "momentum": 0.5}, 1e-4, {"lr": 1e-3, "momentum": 0.9}, 1e-5),
+    "RMSprop": ({"lr": 0.01}, 2e-2, {"lr": 3e-3, "momentum": 0.5}, 1e-3),
+    "Adagrad": ({"lr": 0.5}, 1e-4, {"lr": 0.3}, 5e-2),
+    "LAMB": ({"lr": 0.02, "weight_decay": 0.0}, 5e-2, None, None),  # trust ratio |p|/|u| stalls near p = 0
+    "NAdamW": ({"lr": 0.05, "weight_decay": 0.0}, 1e-2, {"lr": 1e-2, "weight_decay": 0.0, "betas": (0.9, 0.99)}, 1e-2),
+    "RAdam": ({"lr": 0.05}, 1e-2, {"lr": 1e-2, "betas": (0.9, 0.99)}, 1e-3),
+    "QHAdamW": ({"lr": 0.05, "nus": (0.7, 1.0)}, 1e-2,
+                {"lr": 2e-2, "nus": (0.7, 1.0), "betas": (0.995, 0.999)}, 1e-3),
+    "Lion": ({"lr": 0.02}, 2e-2, {"lr": 1e-2}, 2e-2),
+    "SophiaH": ({"lr": 0.05, "weight_decay": 0.0}, 1e-2, {"lr": 3e-2, "weight_decay": 0.0}, 1e-3),
+}
+
+
+def run(cls, x0, grad, hess, steps, **opts):
+    opt = cls({"x": x0}, **opts)
+    x = x0.copy()
+    for s in range(steps):
+        if hess is not None and hasattr(opt, "update_hessian") and s % 10 == 0:
+            opt.update_hessian({"x": hess(x)})
+        opt.step({"x": grad(x)})
+        x = opt.read_params()["x"]
+    return x
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_parabola(name, device):
+    opts, tol, _, _ = TABLE[name]
+    x = run(getattr(rlx_gpu, name), np.zeros(3, np.float32), lambda x: x - C, lambda x: np.ones(3, np.float32),
+            400, **opts, device=device)
+    assert np.abs(x - C).max() < tol, x
+
+
+@pytest.mark.parametrize("name", sorted(n for n in TABLE if TABLE[n][2] is not None))
+def test_rosenbrock(name, device):
+    _, _, opts, tol = TABLE[name]
+    x = run(getattr(rlx_gpu, name), np.array([-1.0, 1.0], np.float32), rosen_grad, rosen_hess_diag, 1500,
+            **opts, device=device)
+    assert rosenbrock(x) < tol, (x, rosenbrock(x))
+
+
+def test_table_covers_every_optimizer():
+    from cases import TABLE as T
+    assert set(TABLE) == {row[0].__name__ for row in T}
