@@ -26,6 +26,11 @@ BAD_HYPER = [
     (rlx_gpu.Adagrad, {"lr_decay": -1.0}, "Invalid lr_decay value: -1.0"),
     (rlx_gpu.Adagrad, {"initial_accumulator_value": -1.0}, "Invalid initial_accumulator_value value: -1.0"),
     (rlx_gpu.LAMB, {"eps": math.nan}, "Invalid epsilon value: nan"),
+    (rlx_gpu.NAdamW, {"momentum_decay": -1.0}, "Invalid momentum_decay value: -1.0"),
+    (rlx_gpu.RAdam, {"betas": (0.9, 1.5)}, "Invalid beta parameter at index 1: 1.5"),
+    (rlx_gpu.QHAdamW, {"nus": (1.5, 1.0)}, "Invalid nu parameter at index 0: 1.5"),
+    (rlx_gpu.Lion, {"lr": -0.1}, "Invalid learning rate: -0.1"),
+    (rlx_gpu.SophiaH, {"rho": -1.0}, "Invalid rho value: -1.0"),
 ]
 
 
