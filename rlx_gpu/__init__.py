@@ -1,7 +1,7 @@
 """rlx_gpu: deep-learning optimizers as WGSL compute shaders on any WebGPU adapter.
 
 GPU optimizers: :class:`Adam`, :class:`AdamW`, :class:`SGD`, :class:`RMSprop`, :class:`Adagrad`,
-:class:`LAMB`, :class:`NAdamW`, :class:`RAdam`, :class:`QHAdamW`, :class:`Lion`, :class:`SophiaH`. NumPy twins with the same API: :mod:`rlx_gpu.reference`.
+:class:`LAMB`, :class:`NAdamW`, :class:`RAdam`, :class:`QHAdamW`, :class:`Lion`, :class:`SophiaH`, :class:`Mars`. NumPy twins with the same API: :mod:`rlx_gpu.reference`.
 """
 from . import reference
 from .adagrad import Adagrad
@@ -10,6 +10,7 @@ from .arena import DeviceTensor
 from .device import Device, NoAdapterError, adapters, get_device
 from .lamb import LAMB
 from .lion import Lion
+from .mars import Mars
 from .nadam import NAdamW
 from .optimizer import Optimizer
 from .qhadam import QHAdamW
@@ -19,6 +20,6 @@ from .sgd import SGD
 from .sophia import SophiaH
 
 __version__ = "0.1.0"
-__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH",
+__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars",
            "Optimizer", "DeviceTensor", "Device", "NoAdapterError",
            "adapters", "get_device", "reference"]

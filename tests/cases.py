@@ -36,6 +36,8 @@ TABLE = [
      {"lr": 3e-3, "nus": (0.3, 0.6), "weight_decay": 0.01}),
     (rlx_gpu.Lion, R.Lion, [{}, {"weight_decay": 0.1}, {"betas": (0.95, 0.98), "lr": 3e-4}],
      {"lr": 1e-3, "betas": (0.5, 0.9), "weight_decay": 0.2}),
+    (rlx_gpu.Mars, R.Mars, [{}, {"weight_decay": 0.1, "gamma": 0.1}, {"lr": 1e-2, "betas_1d": (0.8, 0.9)}],
+     {"lr": 1e-3, "gamma": 0.05, "weight_decay_1d": 0.0}),
     (rlx_gpu.SophiaH, R.SophiaH, [{}, {"weight_decay": 0.0}, {"maximize": True, "rho": 0.5}],
      {"lr": 1e-3, "rho": 0.1, "betas": (0.9, 0.95)}),
 ]

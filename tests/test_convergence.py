@@ -42,18 +42,24 @@ TABLE = {
     "QHAdamW": ({"lr": 0.05, "nus": (0.7, 1.0)}, 1e-2,
                 {"lr": 2e-2, "nus": (0.7, 1.0), "betas": (0.995, 0.999)}, 1e-3),
     "Lion": ({"lr": 0.02}, 2e-2, {"lr": 1e-2}, 2e-2),
+    "Mars": ({"lr": 0.05}, 1e-2, {"lr": 1e-2, "betas": (0.9, 0.99)}, 1e-3),
     "SophiaH": ({"lr": 0.05, "weight_decay": 0.0}, 1e-2, {"lr": 3e-2, "weight_decay": 0.0}, 1e-3),
 }
 
 
+# Optimizers whose own rule is for matrices (MARS) get the problem as a 1 x n matrix.
+MATRIX_FORM = {"Mars"}
+
+
 def run(cls, x0, grad, hess, steps, **opts):
-    opt = cls({"x": x0}, **opts)
+    shape = (1, x0.size) if cls.__name__ in MATRIX_FORM else x0.shape
+    opt = cls({"x": x0.reshape(shape)}, **opts)
     x = x0.copy()
     for s in range(steps):
         if hess is not None and hasattr(opt, "update_hessian") and s % 10 == 0:
-            opt.update_hessian({"x": hess(x)})
-        opt.step({"x": grad(x)})
-        x = opt.read_params()["x"]
+            opt.update_hessian({"x": hess(x).reshape(shape)})
+        opt.step({"x": grad(x).reshape(shape)})
+        x = opt.read_params()["x"].reshape(x0.shape)
     return x
 
 

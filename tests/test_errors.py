@@ -31,6 +31,7 @@ BAD_HYPER = [
     (rlx_gpu.QHAdamW, {"nus": (1.5, 1.0)}, "Invalid nu parameter at index 0: 1.5"),
     (rlx_gpu.Lion, {"lr": -0.1}, "Invalid learning rate: -0.1"),
     (rlx_gpu.SophiaH, {"rho": -1.0}, "Invalid rho value: -1.0"),
+    (rlx_gpu.Mars, {"betas_1d": (0.9, 1.0)}, "Invalid beta parameter at index 1: 1.0"),
 ]
 
 

@@ -184,19 +184,43 @@ def sophia64(p, grads, hess, lr=1e-4, betas=(0.965, 0.99), rho=0.04, eps=1e-15, 
     return p
 
 
+def mars64(p, grads, lr=3e-3, betas=(0.95, 0.99), eps=1e-8, weight_decay=0.0, gamma=0.025, lr_1d=3e-3,
+           betas_1d=(0.9, 0.95), weight_decay_1d=0.1):
+    m, v, last = np.zeros_like(p), np.zeros_like(p), np.zeros_like(p)
+    for t, g in enumerate(grads, 1):
+        if p.ndim == 2:
+            b1, b2 = betas
+            c = g + gamma * b1 / (1 - b1) * (g - last)
+            n = np.linalg.norm(c)
+            c = c / n if n > 1 else c
+            m = b1 * m + (1 - b1) * c
+            v = b2 * v + (1 - b2) * c * c
+            p = p - lr * (weight_decay * p + m / ((np.sqrt(v) / np.sqrt(1 - b2 ** t) + eps) * (1 - b1 ** t)))
+        else:
+            b1, b2 = betas_1d
+            m = b1 * m + (1 - b1) * g
+            v = b2 * v + (1 - b2) * g * g
+            p = p * (1 - lr_1d * weight_decay_1d)
+            p = p - lr_1d / (1 - b1 ** t) * m / (np.sqrt(v) / np.sqrt(1 - b2 ** t) + eps)
+        last = g
+    return p
+
+
 FORMULAS = [
     (R.QHAdamW, qhadamw64, [{}, {"nus": (0.7, 1.0), "betas": (0.995, 0.999), "lr": 1e-2},
                             {"nus": (0.5, 0.8), "weight_decay": 0.1}]),
     (R.Lion, lion64, [{}, {"lr": 1e-3, "weight_decay": 0.5, "betas": (0.95, 0.98)}]),
+    (R.Mars, mars64, [{}, {"weight_decay": 0.1, "gamma": 0.1}]),
 ]
 
 
 @pytest.mark.parametrize("twin_cls,formula,opts", [(c, f, o) for c, f, sets in FORMULAS for o in sets],
                          ids=lambda v: v.__name__ if callable(v) else str(v))
-def test_twin_matches_float64_formula(twin_cls, formula, opts):
+@pytest.mark.parametrize("shape", [(200,), (10, 20)])
+def test_twin_matches_float64_formula(twin_cls, formula, opts, shape):
     rng = np.random.default_rng(3)
-    p0 = rng.standard_normal(200).astype(np.float32)
-    grads = [rng.standard_normal(200).astype(np.float32) for _ in range(15)]
+    p0 = rng.standard_normal(shape).astype(np.float32)
+    grads = [rng.standard_normal(shape).astype(np.float32) * (0.01 if len(shape) == 2 else 1) for _ in range(15)]
     twin = twin_cls({"w": p0}, **opts)
     for g in grads:
         twin.step({"w": g})

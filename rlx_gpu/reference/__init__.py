@@ -6,6 +6,7 @@ from .adam import Adam, AdamW
 from .base import ReferenceOptimizer
 from .lamb import LAMB
 from .lion import Lion
+from .mars import Mars
 from .nadam import NAdamW
 from .qhadam import QHAdamW
 from .radam import RAdam
@@ -13,5 +14,5 @@ from .rmsprop import RMSprop
 from .sgd import SGD
 from .sophia import SophiaH
 
-__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH",
+__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars",
            "ReferenceOptimizer"]

@@ -1,0 +1,62 @@
+"""MARS-AdamW on the GPU (``shaders/mars.wgsl``; the update rule is in :mod:`rlx_gpu.reference.mars`).
+
+Three passes per step: per-block sums of |c|^2 for 2-D tensors, one norm per tensor, the update.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .optimizer import Optimizer
+from .reference import mars as ref
+
+MATRIX = 4
+
+
+class Mars(Optimizer):
+    """MARS-AdamW (Yuan et al. 2024, approximate variant): for 2-D tensors, AdamW on the variance-reduced
+    gradient c = g + gamma*b1/(1-b1)*(g - g_prev), normalised to unit Frobenius norm when larger; other
+    tensors take plain AdamW with the ``*_1d`` hyperparameters.
+
+    Args:
+        params: dict name -> float32 array, or a list of param-group dicts.
+        lr, betas, eps, weight_decay: for 2-D tensors. gamma: the variance-reduction scale.
+        lr_1d, betas_1d, weight_decay_1d: AdamW for tensors that are not 2-D. device: adapter selector.
+    """
+    spec = ref.Mars
+    shader = "mars.wgsl"
+    entries = ("norms", "scale", "step")
+
+    def __init__(self, params, lr=3e-3, betas=(0.95, 0.99), eps=1e-8, weight_decay=0.0, gamma=0.025, lr_1d=3e-3,
+                 betas_1d=(0.9, 0.95), weight_decay_1d=0.1, *, device=None):
+        super().__init__(params, device=device, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, gamma=gamma,
+                         lr_1d=lr_1d, betas_1d=betas_1d, weight_decay_1d=weight_decay_1d)
+        self._matrix = np.array([len(self._shapes[n]) == 2 for n in self._names])
+        self._partials = self.device.buffer(8 * max(1, self.layout.total_blocks), "Mars.partials")
+        self._ratio = self.device.buffer(4 * len(self._names), "Mars.ratio")
+
+    def _buffers(self, chunk):
+        return dict(super()._buffers(chunk), partials=self._partials, ratio=self._ratio)
+
+    def _fill(self, g, t, fresh, rec, sel):
+        mat = self._matrix[sel]
+        b1, b2 = np.where(mat, g["betas"][0], g["betas_1d"][0]), np.where(mat, g["betas"][1], g["betas_1d"][1])
+        bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
+        rec[:, 1] = g["gamma"] * (g["betas"][0] / (1.0 - g["betas"][0]))
+        rec[:, 2] = b1
+        rec[:, 3] = 1 - b1
+        rec[:, 4] = b2
+        rec[:, 5] = 1 - b2
+        rec[:, 6] = np.where(mat, 1 / np.sqrt(bc2), np.sqrt(bc2))
+        rec[:, 7] = g["eps"]
+        rec[:, 8] = bc1
+        rec[:, 9] = np.where(mat, -g["lr"], -g["lr_1d"] / bc1)
+        rec[:, 10] = np.where(mat, g["weight_decay"], 1 - g["lr_1d"] * g["weight_decay_1d"])
+        return np.where(mat, MATRIX, 0).astype(np.uint32)
+
+    def _encode(self, enc):
+        norms, scale, step = (self._kernels[e] for e in self.entries)
+        for c, b in enumerate(self.layout.blocks):
+            norms.dispatch(enc, self._bind("norms", c), len(b))
+        scale.dispatch(enc, self._bind("scale", 0), len(self._names))
+        for c, b in enumerate(self.layout.blocks):
+            step.dispatch(enc, self._bind("step", c), len(b))
