@@ -1,9 +1,10 @@
 """rlx_gpu: deep-learning optimizers as WGSL compute shaders on any WebGPU adapter.
 
 GPU optimizers: :class:`Adam`, :class:`AdamW`, :class:`SGD`, :class:`RMSprop`, :class:`Adagrad`,
-:class:`LAMB`, :class:`NAdamW`, :class:`RAdam`, :class:`QHAdamW`, :class:`Lion`, :class:`SophiaH`, :class:`Mars`. NumPy twins with the same API: :mod:`rlx_gpu.reference`.
+:class:`LAMB`, :class:`NAdamW`, :class:`RAdam`, :class:`QHAdamW`, :class:`Lion`, :class:`SophiaH`, :class:`Mars`, :class:`Adafactor`. NumPy twins with the same API: :mod:`rlx_gpu.reference`.
 """
 from . import reference
+from .adafactor import Adafactor
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .arena import DeviceTensor
@@ -20,6 +21,6 @@ from .sgd import SGD
 from .sophia import SophiaH
 
 __version__ = "0.1.0"
-__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars",
+__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars", "Adafactor",
            "Optimizer", "DeviceTensor", "Device", "NoAdapterError",
            "adapters", "get_device", "reference"]

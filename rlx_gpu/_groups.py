@@ -15,8 +15,8 @@ _MESSAGES = {
     "lr": "Invalid learning rate",
     "eps": "Invalid epsilon value",
 }
-# Hyperparameters that may be negative (still finite).
-_SIGNED = {"dampening"}
+# Hyperparameters that may be negative (still finite); their optimizer checks the sign it needs.
+_SIGNED = {"dampening", "beta2_decay"}
 
 
 def _bad(name: str, value) -> ValueError:
@@ -35,7 +35,10 @@ def validate_group(owner: str, group: dict, defaults: dict) -> None:
                 raise ValueError(f"{owner}: {name} must be a pair of numbers, got {v!r}")
             for i, b in enumerate(v):
                 ok = isinstance(b, Real) and not isinstance(b, bool)
-                if name == "nus":  # QHAdam's interpolation weights: [0, 1]
+                if name == "eps":  # Adafactor's (eps1, eps2); eps1 None means the dtype's machine epsilon
+                    if not ((b is None and i == 0) or (ok and math.isfinite(b) and b >= 0.0)):
+                        raise ValueError(f"Invalid epsilon{i + 1} value: {b}")
+                elif name == "nus":  # QHAdam's interpolation weights: [0, 1]
                     if not (ok and 0.0 <= b <= 1.0):
                         raise ValueError(f"Invalid nu parameter at index {i}: {b}")
                 elif not (ok and 0.0 <= b < 1.0):
@@ -116,10 +119,11 @@ def check_grads(owner: str, grads, shapes: dict, device_tensor_type=None, device
 
 
 def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tuple, defaults: dict,
-                     scalar_states: tuple = ()):
+                     state_shape=lambda state, shape: tuple(shape)):
     """Validate a state dict fully before anything is loaded; returns (state, new hyperparameters).
 
-    ``scalar_states`` are kept per tensor as 0-d arrays (NAdam's ``mu_product``); the rest have the tensor's shape."""
+    ``state_shape(state, tensor shape)`` gives each state's shape (NAdam's ``mu_product`` is 0-d, Adafactor's
+    ``row_var`` is [..., m, 1])."""
     if not isinstance(sd, dict) or "state" not in sd or "param_groups" not in sd:
         raise ValueError(f"{owner}.load_state_dict: expected a dict with 'state' and 'param_groups'")
     pgs = sd["param_groups"]
@@ -131,6 +135,7 @@ def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tu
             raise ValueError(f"{owner}.load_state_dict: param group {i} holds {list(pg.get('params', []))}, "
                              f"optimizer's group {i} holds {g['params']}")
         h = {k: (tuple(pg[k]) if isinstance(pg.get(k), list) else pg.get(k, g[k])) for k in defaults}
+        h.update({k: v for k, v in pg.items() if k not in defaults and k != "params"})  # e.g. schedulers' keys
         validate_group(owner, h, defaults)
         hypers.append(h)
     state = {}
@@ -156,7 +161,7 @@ def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tu
             a = np.asarray(v)
             if a.dtype != np.float32:
                 raise TypeError(f"{owner}.load_state_dict: {k} of {name!r} has dtype {a.dtype}, expected float32")
-            want = () if k in scalar_states else tuple(shapes[name])
+            want = tuple(state_shape(k, shapes[name]))
             if a.shape != want:
                 raise ValueError(f"{owner}.load_state_dict: {k} of {name!r} has shape {a.shape}, expected {want}")
             out[k] = a

@@ -81,7 +81,7 @@ def runtime_constants() -> dict:
         cls = todo.pop()
         todo += cls.__subclasses__()
         if cls.shader:
-            out.setdefault(cls.shader, {"WG": cls.WG, "EPT": cls.EPT})
+            out.setdefault(cls.shader, {"WG": cls.WG, "EPT": cls.EPT, **cls.constants})
     wg, ept = bench.COPY_VARIANTS[0]
     out["copy.wgsl"] = {"WG": wg, "EPT": ept}
     return out

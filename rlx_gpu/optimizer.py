@@ -6,6 +6,8 @@ its kernel reads from the ``hyper`` buffer (layout in ``shaders/common.wgsl``).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._groups import check_grads, check_state_dict, parse_params
@@ -26,6 +28,8 @@ class Optimizer:
     shader: str = ""    # shaders/<family>.wgsl
     entries = ("step",)  # kernels run per chunk, in order, each step
     WG, EPT = 256, 2     # workgroup size, vec4s per thread; a block is WG*EPT*4 elements
+    aux_states = ()      # states the family keeps outside the arenas (Adafactor's factored moments)
+    constants: dict = {}  # further WGSL override constants of the family's shader
 
     def __init__(self, params, *, device=None, **hyper):
         name = type(self).__name__
@@ -42,9 +46,11 @@ class Optimizer:
         order = [n for g in self.param_groups for n in g["params"]]
         assert order == self._names
         align = dev.alignment // 4
-        chunk = (dev.max_storage_binding // 4) // align * align
+        block = self.WG * self.EPT * 4
+        unit = math.lcm(align, block)  # chunks hold whole blocks: block j of any tensor starts at element j*block
+        chunk = (dev.max_storage_binding // 4) // unit * unit
         self.layout = Layout([a.size for a in arrays.values()], align_elems=align, chunk_elems=chunk,
-                             block=self.WG * self.EPT * 4)
+                             block=block)
         self._param = Arena(dev, self.layout, f"{name}.params")
         self._grad = Arena(dev, self.layout, f"{name}.grads")
         self._param.write_many(enumerate(arrays.values()))
@@ -64,11 +70,12 @@ class Optimizer:
             for s in spec.eager_state:
                 self._ensure(s)
             self._reset_state(range(len(self._names)))
-        self._kernels = {e: get_kernel(dev, self.shader, e, WG=self.WG, EPT=self.EPT) for e in self.entries}
+        self._kernels = {e: get_kernel(dev, self.shader, e, WG=self.WG, EPT=self.EPT, **self.constants)
+                         for e in self.entries}
 
     # -- state arenas ----------------------------------------------------------------------------
     def _ensure(self, s: str):
-        if s in self.spec.scalar_states:
+        if s in self.spec.scalar_states or s in self.aux_states:
             return None
         if s not in self._state:
             self._state[s] = Arena(self.device, self.layout, f"{type(self).__name__}.{s}")
@@ -199,6 +206,7 @@ class Optimizer:
         words[:, 0] = flags | np.where(active, ACTIVE, 0).astype(np.uint32)
         words[:, 14] = self.layout.first_block
         words[:, 15] = self.layout.num_blocks
+        self._pack(words)
         self.device.queue.write_buffer(self._hyper, 0, np.ascontiguousarray(words))
 
     def _fill(self, group: dict, t: np.ndarray, fresh: list, rec: np.ndarray, sel: np.ndarray):
@@ -210,6 +218,9 @@ class Optimizer:
         ``t`` is the step each tensor reaches this step (at least 1; inactive tensors' rows are ignored).
         ``fresh[i]`` names the state buffers tensor i gets this step (SGD seeds its momentum from it)."""
         raise NotImplementedError
+
+    def _pack(self, words: np.ndarray) -> None:
+        """Write integer words of the records (sizes, offsets) into ``words`` (n x REC uint32); default none."""
 
     def _encode(self, enc) -> None:
         """Record this step's dispatches: each entry over every chunk's blocks."""
@@ -228,7 +239,7 @@ class Optimizer:
                 continue
             st = {"step": int(self._steps[t])}
             for s in self.spec.all_state_names:
-                if s in self._materialized[t]:
+                if s in self._materialized[t] and s not in self.aux_states:  # the family adds aux states
                     st[s] = (np.array(self._scalars[s][t], np.float32) if s in self._scalars
                              else self.layout.gather(host[s], t, self._shapes[n]))
             state[n] = st
@@ -240,7 +251,7 @@ class Optimizer:
         """Restore a state dict (from this class or its NumPy twin); checked fully before anything changes."""
         name = type(self).__name__
         state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes, self.spec.all_state_names,
-                                         self.defaults, self.spec.scalar_states)
+                                         self.defaults, self.spec.state_shape)
         for h in hypers:
             self.spec.check(h)
         for st in state.values():

@@ -38,6 +38,9 @@ TABLE = [
      {"lr": 1e-3, "betas": (0.5, 0.9), "weight_decay": 0.2}),
     (rlx_gpu.Mars, R.Mars, [{}, {"weight_decay": 0.1, "gamma": 0.1}, {"lr": 1e-2, "betas_1d": (0.8, 0.9)}],
      {"lr": 1e-3, "gamma": 0.05, "weight_decay_1d": 0.0}),
+    (rlx_gpu.Adafactor, R.Adafactor, [{}, {"weight_decay": 0.1, "lr": 0.05}, {"maximize": True, "d": 1.5},
+                                      {"eps": (1e-20, 1e-2), "beta2_decay": -0.5}],
+     {"lr": 1e-3, "d": 2.0, "weight_decay": 0.01}),
     (rlx_gpu.SophiaH, R.SophiaH, [{}, {"weight_decay": 0.0}, {"maximize": True, "rho": 0.5}],
      {"lr": 1e-3, "rho": 0.1, "betas": (0.9, 0.95)}),
 ]

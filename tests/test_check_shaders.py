@@ -52,7 +52,7 @@ def test_runtime_constants_are_the_ones_the_optimizers_use():
     import rlx_gpu
     consts = check.runtime_constants()
     for cls in (rlx_gpu.Adam, rlx_gpu.SGD, rlx_gpu.RMSprop, rlx_gpu.Adagrad, rlx_gpu.LAMB):
-        assert consts[cls.shader] == {"WG": cls.WG, "EPT": cls.EPT}
+        assert consts[cls.shader] == {"WG": cls.WG, "EPT": cls.EPT, **cls.constants}
     text = check.with_defaults(kernels.load_source("adam.wgsl"), {"WG": 128, "EPT": 3})
     assert "override WG: u32 = 128u;" in text and "override EPT: u32 = 3u;" in text
 

@@ -43,6 +43,7 @@ TABLE = {
                 {"lr": 2e-2, "nus": (0.7, 1.0), "betas": (0.995, 0.999)}, 1e-3),
     "Lion": ({"lr": 0.02}, 2e-2, {"lr": 1e-2}, 2e-2),
     "Mars": ({"lr": 0.05}, 1e-2, {"lr": 1e-2, "betas": (0.9, 0.99)}, 1e-3),
+    "Adafactor": ({"lr": 0.05}, 2e-2, {"lr": 0.02}, 0.15),  # relative steps: slow in the valley (f 0.066)
     "SophiaH": ({"lr": 0.05, "weight_decay": 0.0}, 1e-2, {"lr": 3e-2, "weight_decay": 0.0}, 1e-3),
 }
 

@@ -123,6 +123,21 @@ def test_tensors_split_over_chunks(cls_name, opts, device):
 
 
 @pytest.mark.gpu
+def test_adafactor_rows_and_columns_split_over_chunks(device):
+    """Factored tensors whose rows and columns cross chunk boundaries, and a batch of matrices."""
+    small = device.with_binding_cap(96 * 1024)  # 24576 floats per chunk
+    params = make_params([(300, 90), (5, 7000), (3, 40, 90), 5000, (2, 3)], seed=13)
+    gpu, twin = rlx_gpu.Adafactor(params, device=small), rlx_gpu.reference.Adafactor(params)
+    assert len(gpu.params["t0"].bindings()) == 2 and len(gpu.params["t1"].bindings()) == 2
+    rng = np.random.default_rng(14)
+    for s in range(6):
+        g = make_grads(params, rng, drop={"t2"} if s == 2 else ())
+        gpu.step(g)
+        twin.step(g)
+    assert_same(gpu, twin, "Adafactor")
+
+
+@pytest.mark.gpu
 def test_grid_past_65535_workgroups(device):
     """More blocks than one grid dimension holds: the dispatch becomes 2-D and every element is stepped."""
     small_blocks = type("SGD", (rlx_gpu.SGD,), {"WG": 64, "EPT": 1})  # 256 elements per workgroup

@@ -114,6 +114,8 @@ ORACLE = [
     (R.NAdamW, "NAdam", [{}, {"weight_decay": 0.0, "momentum_decay": 0.1}, {"maximize": True, "lr": 1e-2}]),
     (R.RAdam, "RAdam", [{}, {"weight_decay": 0.1}, {"weight_decay": 0.1, "decoupled_weight_decay": True},
                         {"maximize": True, "betas": (0.9, 0.9)}]),
+    (R.Adafactor, "Adafactor", [{}, {"weight_decay": 0.1, "lr": 0.05}, {"maximize": True, "d": 1.5},
+                                {"eps": (1e-20, 1e-2), "beta2_decay": -0.5}]),
 ]
 # Extra torch arguments where our class fixes a choice torch leaves open.
 TORCH_EXTRA = {"NAdam": {"decoupled_weight_decay": True}}

@@ -1,6 +1,7 @@
 """NumPy twins of every GPU optimizer: same constructor, ``step``, ``params``, ``param_groups``,
 ``state_dict`` and ``load_state_dict``, in float32 following torch.optim's order of operations.
 They are the specification the GPU kernels are tested against."""
+from .adafactor import Adafactor
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .base import ReferenceOptimizer
@@ -14,5 +15,5 @@ from .rmsprop import RMSprop
 from .sgd import SGD
 from .sophia import SophiaH
 
-__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars",
+__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars", "Adafactor",
            "ReferenceOptimizer"]

@@ -32,6 +32,11 @@ class ReferenceOptimizer:
         return cls.all_state_names
 
     @classmethod
+    def state_shape(cls, state: str, shape: tuple) -> tuple:
+        """The shape of state buffer ``state`` for a tensor of ``shape``."""
+        return () if state in cls.scalar_states else tuple(shape)
+
+    @classmethod
     def init_value(cls, state: str, group: dict) -> float:
         """The value a state buffer starts at."""
         return 0.0
@@ -85,8 +90,7 @@ class ReferenceOptimizer:
             fresh = set()
             for s in self.state_names(group):
                 if s not in st:
-                    shape = () if s in self.scalar_states else self.params[n].shape
-                    st[s] = np.full(shape, self.init_value(s, group), F32)
+                    st[s] = np.full(self.state_shape(s, self.params[n].shape), self.init_value(s, group), F32)
                     fresh.add(s)
             st["step"] += 1
             self._update(self.params[n], np.asarray(g, F32).copy(), st, group, fresh)
@@ -101,7 +105,7 @@ class ReferenceOptimizer:
     def load_state_dict(self, sd: dict) -> None:
         name = type(self).__name__
         state, hypers = check_state_dict(name, sd, self.param_groups, {n: p.shape for n, p in self.params.items()},
-                                         self.all_state_names, self.defaults, self.scalar_states)
+                                         self.all_state_names, self.defaults, self.state_shape)
         for h in hypers:
             self.check(h)
         for g, h in zip(self.param_groups, hypers):

@@ -1,0 +1,102 @@
+"""NumPy twin of Adafactor (torch.optim.Adafactor semantics, torch >= 2.5; torch's order of operations).
+
+Per tensor, in this order: t += 1;  w = t^beta2_decay (the lerp weight);  rho = min(lr, 1/sqrt(t));
+alpha = max(eps2, RMS(p)) * rho  (p before decay);  p *= 1 - lr*wd;  g = -g if maximize
+>= 2 dims (factored over the last two, shape [..., m, n]):
+    R = lerp(R, mean_n(g*g), w)  [..., m, 1];  C = lerp(C, mean_m(g*g), w)  [..., 1, n]
+    v^ = (R C) / max(mean_m(R), eps1)
+< 2 dims: v = lerp(v, g*g, w);  v^ = v
+u = g * rsqrt(max(v^, eps1^2));  p += -alpha / max(1, RMS(u)/d) * u
+eps1 None means float32's machine epsilon.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .adam import lerp
+from .base import F32, ReferenceOptimizer
+
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def eps1_of(group) -> float:
+    return EPS32 if group["eps"][0] is None else float(group["eps"][0])
+
+
+def factored(shape) -> bool:
+    return len(shape) >= 2
+
+
+def rms(x: np.ndarray) -> float:
+    """RMS accumulated in float64 (torch: norm / sqrt(numel))."""
+    return math.sqrt(float(np.sum(np.square(x, dtype=np.float64)))) / math.sqrt(max(1, x.size))
+
+
+class Adafactor(ReferenceOptimizer):
+    """Adafactor (Shazeer & Stern 2018), as torch.optim.Adafactor: factored second moments for matrices,
+    relative step size capped by lr, update clipping at RMS d."""
+    defaults = dict(lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False)
+    all_state_names = ("row_var", "col_var", "variance")
+
+    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False):
+        super().__init__(params, lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay,
+                         maximize=maximize)
+
+    @classmethod
+    def check(cls, group):
+        if not group["beta2_decay"] <= 0:
+            raise ValueError(f"beta2_decay should be <= 0 but is: {group['beta2_decay']}")
+        if not 1.0 <= group["d"]:
+            raise ValueError(f"Clipping threshold d should be >= 1 but is: {group['d']}")
+
+    @classmethod
+    def state_shape(cls, state, shape):
+        if state == "row_var":
+            return tuple(shape[:-1]) + (1,)
+        if state == "col_var":
+            return tuple(shape[:-2]) + (1, shape[-1])
+        return tuple(shape)
+
+    def _states_for(self, shape):
+        return ("row_var", "col_var") if factored(shape) else ("variance",)
+
+    def step(self, grads=None):
+        # Adafactor's states depend on each tensor's rank; make them before the shared step loop runs.
+        for n, p in self.params.items():
+            if grads is None or n in grads:
+                st = self.state.setdefault(n, {"step": 0})
+                for s in self._states_for(p.shape):
+                    st.setdefault(s, np.zeros(self.state_shape(s, p.shape), F32))
+        super().step(grads)
+
+    @classmethod
+    def state_names(cls, group):
+        return ()
+
+    def _update(self, p, g, st, group, fresh):
+        t = st["step"]
+        lr, wd, d = group["lr"], group["weight_decay"], group["d"]
+        eps1, eps2 = eps1_of(group), group["eps"][1]
+        w = t ** group["beta2_decay"]
+        rho = min(lr, 1 / math.sqrt(t))
+        alpha = max(eps2, rms(p)) * rho
+        if wd != 0:
+            p *= F32(1 - lr * wd)
+        if group["maximize"]:
+            g = -g
+        g2 = g.astype(np.float64) ** 2
+        if factored(p.shape):
+            R, C = st["row_var"], st["col_var"]
+            R[...] = lerp(R, (g2.sum(-1, keepdims=True) / g.shape[-1]).astype(F32), w)
+            C[...] = lerp(C, (g2.sum(-2, keepdims=True) / g.shape[-2]).astype(F32), w)
+            rowmean = np.maximum(R.astype(np.float64).mean(-2, keepdims=True).astype(F32), F32(eps1))
+            vhat = (R * C) / rowmean
+        else:
+            v = st["variance"]
+            v[...] = lerp(v, g * g, w)
+            vhat = v.copy()
+        u = F32(1) / np.sqrt(np.maximum(vhat, F32(eps1 * eps1))) * g
+        denom = max(1.0, rms(u) / d)
+        p += F32(-alpha / denom) * u
