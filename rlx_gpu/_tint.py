@@ -19,18 +19,23 @@ def main() -> int:
     import wgpudawn as wgpu
 
     adapter = wgpu.gpu.request_adapter_sync()
-    device = adapter.request_device_sync(
-        required_limits={k: adapter.limits[k] for k in ("max-storage-buffers-per-shader-stage",
-                                                         "max-compute-invocations-per-workgroup",
-                                                         "max-compute-workgroup-size-x")})
+    # WebGPU's default limits: what a shader may assume on every adapter (8 storage buffers per stage,
+    # 256 invocations per workgroup).
+    device = adapter.request_device_sync()
     out = []
     for job in jobs:
         errors = []
         try:
             module = device.create_shader_module(code=job["code"], label=job["label"])
+            # The runtime's layout: every storage binding of the file for every entry point (so a file that
+            # needs more storage buffers than WebGPU's default 8 per stage fails here, as it would there).
+            bgl = device.create_bind_group_layout(entries=[
+                {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
+                 "buffer": {"type": "read-only-storage" if ro else "storage"}} for i, ro in job["bindings"]])
+            layout = device.create_pipeline_layout(bind_group_layouts=[bgl])
             for e in job["entries"]:
                 try:
-                    device.create_compute_pipeline(layout="auto", label=f"{job['label']}:{e}", compute={
+                    device.create_compute_pipeline(layout=layout, label=f"{job['label']}:{e}", compute={
                         "module": module, "entry_point": e, "constants": job["constants"]})
                 except Exception as ex:  # a pipeline error (overrides, limits) for this entry point
                     errors.append(f"entry point {e!r}: {ex}")

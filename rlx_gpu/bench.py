@@ -32,6 +32,13 @@ OPTIMIZERS = {
     "adagrad": ("Adagrad", {}, 20, ("Adagrad", {"foreach": True})),
     # LAMB's own minimum is AdamW's 28 bytes; its three passes move 40 (see BENCHMARKS.md).
     "lamb": ("LAMB", {}, 28, None),
+    "nadamw": ("NAdamW", {}, 28, ("NAdam", {"foreach": True, "decoupled_weight_decay": True})),
+    "radam": ("RAdam", {}, 28, ("RAdam", {"foreach": True})),
+    "qhadamw": ("QHAdamW", {"nus": (0.7, 1.0)}, 28, None),
+    "lion": ("Lion", {}, 20, None),
+    "sophiah": ("SophiaH", {}, 24, None),          # p, m read+write; g and the Hessian EMA read
+    "mars": ("Mars", {}, 36, None),                # p, m, v, g_prev read+write; g read
+    "adafactor": ("Adafactor", {}, 12, ("Adafactor", {"foreach": True})),  # p read+write, g read
 }
 DEFAULT_SETS = "single:67108864,gpt2-124m,gpt2-1.5b"
 # WGSL copy-kernel variants (workgroup size, vec4s per thread) timed for the copy bandwidth.

@@ -175,9 +175,10 @@ def check_wgpu(sources: list, device_sel) -> list:
         diags = []
         try:
             module = d.create_shader_module(code=s.code, label=s.path.name)
+            layout = _runtime_layout(dev, s)
             for e in s.entries:
                 try:
-                    d.create_compute_pipeline(layout="auto", label=f"{s.path.name}:{e}", compute={
+                    d.create_compute_pipeline(layout=layout, label=f"{s.path.name}:{e}", compute={
                         "module": module, "entry_point": e, "constants": s.constants})
                 except Exception as ex:
                     diags.append(_wgpu_diag(s, f"entry point {e!r}: {ex}"))
@@ -185,6 +186,18 @@ def check_wgpu(sources: list, device_sel) -> list:
             diags.append(_wgpu_diag(s, str(ex)))
         results.append(Result(str(s.path), "wgpu", "fail" if diags else "pass", diags))
     return results
+
+
+def _binding_entries(wgpu, s: Source) -> list:
+    return [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
+             "buffer": {"type": "read-only-storage" if ro else "storage"}}
+            for i, ro in sorted(kernels.bindings(s.code).values())]
+
+
+def _runtime_layout(dev, s: Source):
+    """The layout the runtime uses: every storage binding the file declares, for every entry point."""
+    bgl = dev.device.create_bind_group_layout(entries=_binding_entries(dev.wgpu, s), label=s.path.name)
+    return dev.device.create_pipeline_layout(bind_group_layouts=[bgl], label=s.path.name)
 
 
 def _wgpu_diag(s: Source, text: str) -> Diagnostic:
@@ -201,7 +214,8 @@ def check_tint(sources: list, timeout: float) -> list:
     except ImportError:
         why = "wgpudawn is not installed (pip install rlx_gpu[check], or pip install wgpudawn)"
         return [Result(str(s.path), "tint", "unavailable", reason=why) for s in sources]
-    jobs = [{"label": s.path.name, "code": s.code, "entries": s.entries, "constants": s.constants} for s in sources]
+    jobs = [{"label": s.path.name, "code": s.code, "entries": s.entries, "constants": s.constants,
+             "bindings": sorted(kernels.bindings(s.code).values())} for s in sources]
     try:
         r = subprocess.run([sys.executable, "-m", "rlx_gpu._tint"], input=json.dumps(jobs), capture_output=True,
                            text=True, timeout=timeout * max(1, len(sources)))

@@ -31,11 +31,10 @@ class Mars(Optimizer):
         super().__init__(params, device=device, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, gamma=gamma,
                          lr_1d=lr_1d, betas_1d=betas_1d, weight_decay_1d=weight_decay_1d)
         self._matrix = np.array([len(self._shapes[n]) == 2 for n in self._names])
-        self._partials = self.device.buffer(8 * max(1, self.layout.total_blocks), "Mars.partials")
-        self._ratio = self.device.buffer(4 * len(self._names), "Mars.ratio")
+        self._scratch = self.device.buffer(4 * (self.layout.total_blocks + len(self._names)), "Mars.scratch")
 
     def _buffers(self, chunk):
-        return dict(super()._buffers(chunk), partials=self._partials, ratio=self._ratio)
+        return dict(super()._buffers(chunk), scratch=self._scratch)
 
     def _fill(self, g, t, fresh, rec, sel):
         mat = self._matrix[sel]

@@ -16,8 +16,11 @@ const MATRIX: u32 = 4u;
 @group(0) @binding(4) var<storage, read_write> exp_avg: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> exp_avg_sq: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read_write> last_grad: array<vec4<f32>>;
-@group(0) @binding(7) var<storage, read_write> partials: array<vec2<f32>>;
-@group(0) @binding(8) var<storage, read_write> ratio: array<f32>;
+// scratch: one float per block (sums of c*c), then one norm per tensor; 8 storage buffers in all, the
+// WebGPU default limit.
+@group(0) @binding(7) var<storage, read_write> scratch: array<f32>;
+
+fn norm_slot(t: u32) -> u32 { return arrayLength(&scratch) - arrayLength(&hyper) / REC + t; }
 
 var<workgroup> red: array<f32, WG>;
 
@@ -49,7 +52,7 @@ fn norms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     }
     red[lid] = acc;
     reduce(lid);
-    if (lid == 0u) { partials[blk.w] = vec2<f32>(red[0], 0.0); }
+    if (lid == 0u) { scratch[blk.w] = red[0]; }
 }
 
 @compute @workgroup_size(WG)
@@ -61,12 +64,12 @@ fn scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     if ((f & ACTIVE) == 0u || (f & MATRIX) == 0u) { return; }
     let first = hu(t, 14u); let n = hu(t, 15u);
     var acc = 0.0;
-    for (var j = lid; j < n; j = j + WG) { acc = acc + partials[first + j].x; }
+    for (var j = lid; j < n; j = j + WG) { acc = acc + scratch[first + j]; }
     red[lid] = acc;
     reduce(lid);
     if (lid == 0u) {
         let cn = sqrt(red[0]);
-        ratio[t] = select(1.0, cn, cn > 1.0);
+        scratch[norm_slot(t)] = select(1.0, cn, cn > 1.0);
     }
 }
 
@@ -82,7 +85,7 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let c2 = hf(t, 6u); let eps = hf(t, 7u); let bc1 = hf(t, 8u); let nlr = hf(t, 9u); let wd = hf(t, 10u);
     let matrix = (f & MATRIX) != 0u;
     var s = 1.0;
-    if (matrix) { s = ratio[t]; }
+    if (matrix) { s = scratch[norm_slot(t)]; }
     for (var j = 0u; j < EPT; j++) {
         let i = blk.y + j * WG + lid;
         if (4u * i >= blk.z) { break; }
