@@ -69,7 +69,7 @@ def main(argv=None):
         if step == 1 or step % 50 == 0:
             print(f"step {step:4d}  loss {loss:.4f}  accuracy {acc:.3f}")
         opt.step(grads)
-        host = opt.read_params()  # every parameter back in one transfer
+        host = opt.read_params(out=host)  # every parameter back in one transfer, into the same arrays
     loss, acc, _ = loss_and_grads(host, x, y, len(sizes) - 1)
     print(f"final loss {loss:.4f}, accuracy {acc:.3f}, {args.steps} steps in {time.perf_counter() - t0:.1f} s")
     return loss, acc

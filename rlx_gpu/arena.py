@@ -111,14 +111,15 @@ class Arena:
         return [(self.buffers[c], 4 * off, u8[4 * toff:4 * (toff + ln)])
                 for (c, off, ln, toff) in self.layout.pieces[t] if ln]
 
-    def read_many(self, tensors) -> list[np.ndarray]:
-        """Flat float32 copies of several tensors, in one batched transfer."""
-        outs = [np.empty(self.layout.sizes[t], np.float32) for t in tensors]
+    def read_many(self, tensors, outs=None) -> list[np.ndarray]:
+        """Flat float32 copies of several tensors, in one batched transfer (into ``outs`` when given)."""
+        if outs is None:
+            outs = [np.empty(self.layout.sizes[t], np.float32) for t in tensors]
         self.device.transfer.download([it for t, o in zip(tensors, outs) for it in self._items(t, o)])
         return outs
 
-    def read(self, t: int, shape) -> np.ndarray:
-        return self.read_many([t])[0].reshape(shape)
+    def read(self, t: int, shape, out=None) -> np.ndarray:
+        return self.read_many([t], None if out is None else [out.reshape(-1)])[0].reshape(shape)
 
     def write_many(self, pairs) -> None:
         """Upload several ``(tensor index, float32 array)`` pairs in one batched transfer."""
@@ -136,6 +137,13 @@ class Arena:
     def clear(self, encoder):
         for b in self.buffers:
             encoder.clear_buffer(b, 0, b.size)
+
+
+def _check_out(name, out, shape):
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise TypeError(f"{name!r}: out must be a C-contiguous float32 numpy array")
+    if out.shape != tuple(shape):
+        raise ValueError(f"{name!r}: out has shape {out.shape}, expected {tuple(shape)}")
 
 
 class DeviceTensor:
@@ -161,8 +169,13 @@ class DeviceTensor:
     def __repr__(self):
         return f"DeviceTensor({self.name!r}, shape={self.shape}, {self._arena.label})"
 
-    def numpy(self) -> np.ndarray:
-        """A host copy of the tensor (waits for queued GPU work)."""
+    def numpy(self, out: np.ndarray | None = None) -> np.ndarray:
+        """A host copy of the tensor (waits for queued GPU work). ``out``: a C-contiguous float32 array of this
+        shape to fill instead of a new one (reusing it saves the page faults of fresh memory)."""
+        if out is not None:
+            _check_out(self.name, out, self.shape)
+            self._arena.read(self._index, self.shape, out)
+            return out
         return self._arena.read(self._index, self.shape)
 
     def write(self, array) -> None:

@@ -246,12 +246,18 @@ def host_path(dev, opt, shapes, timer) -> dict:
     def download():
         opt.read_params()
 
+    reuse = opt.read_params()
+
+    def download_reuse():
+        opt.read_params(out=reuse)
+
     def host_step():
         opt.step(grads)
         download()
 
     res = {}
-    for name, fn in (("upload", upload), ("download", download), ("host_step", host_step)):
+    for name, fn in (("upload", upload), ("download", download), ("download_reuse", download_reuse),
+                     ("host_step", host_step)):
         fn()
         ts = []
         for _ in range(3):
@@ -260,7 +266,7 @@ def host_path(dev, opt, shapes, timer) -> dict:
             ts.append(time.perf_counter() - t0)
         res[name] = min(ts)
     return {"upload_gbps": nbytes / res["upload"] / 1e9, "download_gbps": nbytes / res["download"] / 1e9,
-            "host_step_ms": res["host_step"] * 1e3}
+            "download_reuse_gbps": nbytes / res["download_reuse"] / 1e9, "host_step_ms": res["host_step"] * 1e3}
 
 
 def default_budget(dev) -> float:

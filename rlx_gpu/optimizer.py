@@ -116,13 +116,26 @@ class Optimizer:
         return self._binds[key]
 
     # -- the step --------------------------------------------------------------------------------
-    def read_params(self, names=None) -> dict:
-        """Host copies of the parameters (all, or ``names``), read back in one batched transfer."""
+    def read_params(self, names=None, out: dict | None = None) -> dict:
+        """Host copies of the parameters (all, or ``names``), read back in one batched transfer.
+
+        ``out``: a dict of float32 arrays (e.g. the previous result) to fill instead of new ones; in a training
+        loop this saves the page faults of fresh memory (on the H200: 16 GB/s into new arrays, 24 into reused)."""
+        from .arena import _check_out
+        if out is not None and names is None:
+            names = list(out)
         names = list(self._names if names is None else names)
         for n in names:
             if n not in self._index:
                 raise KeyError(f"{type(self).__name__}.read_params: unknown tensor {n!r}")
-        flat = self._param.read_many([self._index[n] for n in names])
+        outs = None
+        if out is not None:
+            for n in names:
+                _check_out(n, out[n], self._shapes[n])
+            outs = [out[n].reshape(-1) for n in names]
+        flat = self._param.read_many([self._index[n] for n in names], outs)
+        if out is not None:
+            return {n: out[n] for n in names}
         return {n: f.reshape(self._shapes[n]) for n, f in zip(names, flat)}
 
     def set_lr(self, lr: float) -> None:

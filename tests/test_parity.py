@@ -116,3 +116,18 @@ def test_sophia_hessian_updates_match(device):
     assert_same(gpu, twin, "SophiaH")
     with pytest.raises(ValueError, match=r"update_hessian: estimate for 't0' has shape \(4,\), expected \(33,\)"):
         gpu.update_hessian({"t0": np.zeros(4, np.float32)})
+
+
+def test_read_params_and_numpy_into_out(device):
+    import rlx_gpu
+    params = make_params([(3, 4), 10], seed=30)
+    opt = rlx_gpu.Adam(params, device=device)
+    out = {n: np.zeros_like(p) for n, p in params.items()}
+    got = opt.read_params(out=out)
+    assert all(got[n] is out[n] and np.array_equal(out[n], params[n]) for n in params)
+    buf = np.zeros((3, 4), np.float32)
+    assert opt.params["t0"].numpy(out=buf) is buf and np.array_equal(buf, params["t0"])
+    with pytest.raises(ValueError, match=r"'t0': out has shape \(4, 3\), expected \(3, 4\)"):
+        opt.params["t0"].numpy(out=np.zeros((4, 3), np.float32))
+    with pytest.raises(KeyError, match="unknown tensor 'zz'"):
+        opt.read_params(["zz"])

@@ -70,9 +70,14 @@ class ReferenceOptimizer:
         for g in self.param_groups:
             g["lr"] = lr
 
-    def read_params(self, names=None) -> dict:
-        """Copies of the parameters (all, or ``names``), as the GPU class returns them."""
-        return {n: self.params[n].copy() for n in (self.params if names is None else names)}
+    def read_params(self, names=None, out: dict | None = None) -> dict:
+        """Copies of the parameters (all, or ``names``; into ``out``'s arrays when given), as the GPU class."""
+        names = list(out) if out is not None and names is None else (self.params if names is None else names)
+        if out is None:
+            return {n: self.params[n].copy() for n in names}
+        for n in names:
+            np.copyto(out[n], self.params[n])
+        return {n: out[n] for n in names}
 
     def zero_grad(self) -> None:
         for g in self.grads.values():
