@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-ROUND = 64 << 20          # bytes per staging round (H200: 32 MiB 10.8/19.7, 64 MiB 16.4/24.1 GB/s down/up)
+ROUND = 32 << 20          # bytes per staging round (PERF_NOTES.md 12: 64 MiB staging slowed kernels on the H200)
 SMALL = 256 << 10         # uploads below this go through queue.write_buffer (no wait at all)
 _SLICE = 4 << 20          # host copies are split into slices of at least this many bytes
 
