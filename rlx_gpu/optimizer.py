@@ -242,6 +242,23 @@ class Optimizer:
             for c, b in enumerate(self.layout.blocks):
                 k.dispatch(enc, self._bind(e, c), len(b))
 
+    # -- checkpoints (rlx_gpu.checkpoint) --------------------------------------------------------------
+    def save(self, path) -> None:
+        """Write params, state, steps and hyperparameters to one ``.npz`` file, atomically."""
+        from . import checkpoint
+        checkpoint.save(self, path)
+
+    @classmethod
+    def load(cls, path, device=None):
+        """A ready optimizer from a checkpoint written by :meth:`save`."""
+        from . import checkpoint
+        return checkpoint.load(cls, path, device)
+
+    def restore(self, path) -> None:
+        """Load a checkpoint into this optimizer (same class and tensors); nothing changes if it fails."""
+        from . import checkpoint
+        checkpoint.restore(self, path)
+
     # -- state dicts -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """``{"state": {name: {"step", <state buffers>}}, "param_groups": [...]}`` with NumPy arrays."""

@@ -103,6 +103,23 @@ class ReferenceOptimizer:
     def _update(self, p: np.ndarray, g: np.ndarray, st: dict, group: dict, fresh: set) -> None:
         raise NotImplementedError
 
+    # -- checkpoints (rlx_gpu.checkpoint) --------------------------------------------------------------
+    def save(self, path) -> None:
+        """Write params, state, steps and hyperparameters to one ``.npz`` file, atomically."""
+        from .. import checkpoint
+        checkpoint.save(self, path)
+
+    @classmethod
+    def load(cls, path, device=None):
+        """A ready optimizer from a checkpoint written by :meth:`save`."""
+        from .. import checkpoint
+        return checkpoint.load(cls, path, device)
+
+    def restore(self, path) -> None:
+        """Load a checkpoint into this optimizer (same class and tensors); nothing changes if it fails."""
+        from .. import checkpoint
+        checkpoint.restore(self, path)
+
     def state_dict(self) -> dict:
         return {"state": copy.deepcopy(self.state),
                 "param_groups": [dict(copy.deepcopy(g), params=list(g["params"])) for g in self.param_groups]}
