@@ -167,3 +167,33 @@ def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tu
             out[k] = a
         state[name] = out
     return state, hypers
+
+
+def resolve_lr_scale(owner: str, lr_scale, names) -> dict:
+    """``lr_scale`` (None, dict name -> factor, or callable name -> factor) as a factor for every tensor."""
+    if lr_scale is None:
+        return {n: 1.0 for n in names}
+    if callable(lr_scale):
+        raw = {n: lr_scale(n) for n in names}
+    elif isinstance(lr_scale, dict):
+        unknown = set(lr_scale) - set(names)
+        if unknown:
+            raise KeyError(f"{owner}: lr_scale names unknown tensor(s) {sorted(unknown)}")
+        raw = {n: lr_scale.get(n, 1.0) for n in names}
+    else:
+        raise TypeError(f"{owner}: lr_scale must be a dict name -> factor or a callable name -> factor, "
+                        f"got {type(lr_scale).__name__}")
+    for n, v in raw.items():
+        if not isinstance(v, Real) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{owner}: lr_scale for {n!r} must be a finite number >= 0, got {v!r}")
+    return {n: float(v) for n, v in raw.items()}
+
+
+def scaled(group: dict, factor):
+    """``group`` with its learning rates (``lr``, and MARS's ``lr_1d``) multiplied by ``factor``."""
+    if isinstance(factor, float) and factor == 1.0:
+        return group
+    out = dict(group, lr=group["lr"] * factor)
+    if "lr_1d" in group:
+        out["lr_1d"] = group["lr_1d"] * factor
+    return out

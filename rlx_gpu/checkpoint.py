@@ -42,7 +42,8 @@ def save(opt, path) -> None:
             arrays[f"state/{n}/{k}"] = np.asarray(st[k], np.float32)
     meta = {"format": FORMAT, "version": VERSION, "class": type(opt).__name__,
             "param_groups": [{k: _jsonable(v) for k, v in g.items()} for g in sd["param_groups"]],
-            "shapes": {n: list(a.shape) for n, a in params.items()}, "steps": steps, "state": names}
+            "shapes": {n: list(a.shape) for n, a in params.items()}, "steps": steps, "state": names,
+            "lr_scale": dict(opt.lr_scale)}
     arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
@@ -111,7 +112,7 @@ def load(cls, path, device=None):
         groups.append({"params": {n: params[n] for n in g["params"]},
                        **{k: (tuple(v) if isinstance(v, list) else v) for k, v in g.items() if k in known}})
     kw = {} if _is_twin(target) else {"device": device}
-    opt = target(groups, **kw)
+    opt = target(groups, lr_scale=meta.get("lr_scale"), **kw)
     opt.load_state_dict(sd)
     return opt
 

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ._groups import check_grads, check_state_dict, parse_params
+from ._groups import check_grads, check_state_dict, parse_params, resolve_lr_scale, scaled
 from .arena import Arena, DeviceTensor, Layout
 from .device import get_device
 from .kernels import get_kernel
@@ -31,7 +31,7 @@ class Optimizer:
     aux_states = ()      # states the family keeps outside the arenas (Adafactor's factored moments)
     constants: dict = {}  # further WGSL override constants of the family's shader
 
-    def __init__(self, params, *, device=None, **hyper):
+    def __init__(self, params, *, device=None, lr_scale=None, **hyper):
         name = type(self).__name__
         spec = self.spec
         self.defaults = {**spec.defaults, **hyper}
@@ -40,6 +40,9 @@ class Optimizer:
             spec.validate(g)
         self.device = dev = get_device(device)
         self._names = list(arrays)
+        #: Per-tensor multiplier of the group lr (``lr_scale=``), applied in the kernel's scalars.
+        self.lr_scale = resolve_lr_scale(name, lr_scale, self._names)
+        self._scale = np.array([self.lr_scale[n] for n in self._names], np.float64)
         self._index = {n: i for i, n in enumerate(self._names)}
         self._shapes = {n: a.shape for n, a in arrays.items()}
         self._group_of = np.array([gi for gi, g in enumerate(self.param_groups) for _ in g["params"]])
@@ -212,7 +215,8 @@ class Optimizer:
             if not len(sel):
                 continue
             sub = np.zeros((len(sel), REC), np.float64)
-            f = self._fill(g, np.maximum(steps[sel], 1).astype(np.float64), [fresh[t] for t in sel], sub, sel)
+            f = self._fill(scaled(g, self._scale[sel]), np.maximum(steps[sel], 1).astype(np.float64),
+                           [fresh[t] for t in sel], sub, sel)
             flags[sel] = np.asarray(f, np.uint32) | (MAXIMIZE if g.get("maximize") else 0)
             vals[sel] = sub
         words = vals.astype(np.float32).view(np.uint32)

@@ -131,3 +131,33 @@ def test_read_params_and_numpy_into_out(device):
         opt.params["t0"].numpy(out=np.zeros((4, 3), np.float32))
     with pytest.raises(KeyError, match="unknown tensor 'zz'"):
         opt.read_params(["zz"])
+
+
+@pytest.mark.parametrize("gpu_cls,twin_cls,opts", [c for c in CASES if c[2] == {}], ids=case_id)
+def test_lr_scale_per_tensor(gpu_cls, twin_cls, opts, device):
+    """lr_scale multiplies the group lr per tensor inside the kernel's scalars; 0 freezes a tensor's params."""
+    params = make_params([(6, 5), 300, 7], seed=40)
+    scale = {"t0": 0.0, "t1": 3.0}
+    gpu, twin = gpu_cls(params, lr_scale=scale, device=device), twin_cls(params, lr_scale=scale)
+    by_fn = gpu_cls(params, lr_scale=lambda n: scale.get(n, 1.0), device=device)
+    rng = np.random.default_rng(41)
+    for _ in range(6):
+        g = make_grads(params, rng)
+        for o in (gpu, twin, by_fn):
+            o.step(g)
+    assert_same(gpu, twin, "lr_scale")
+    assert_same(by_fn, twin, "lr_scale callable")
+    if gpu_cls.__name__ not in ("Adafactor", "LAMB", "NAdamW", "AdamW", "Lion", "SophiaH", "Mars"):
+        np.testing.assert_array_equal(gpu.params["t0"].numpy(), params["t0"])  # no decoupled decay: frozen
+
+
+def test_lr_scale_errors():
+    import rlx_gpu
+    p = {"w": np.zeros(3, np.float32)}
+    for cls in (rlx_gpu.SGD, rlx_gpu.reference.SGD):
+        with pytest.raises(KeyError, match=r"lr_scale names unknown tensor\(s\) \['v'\]"):
+            cls(p, lr_scale={"v": 2.0})
+        with pytest.raises(ValueError, match="lr_scale for 'w' must be a finite number >= 0, got -1.0"):
+            cls(p, lr_scale={"w": -1.0})
+        with pytest.raises(TypeError, match="lr_scale must be a dict"):
+            cls(p, lr_scale=[1.0])

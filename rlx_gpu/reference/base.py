@@ -10,7 +10,7 @@ import copy
 
 import numpy as np
 
-from .._groups import check_grads, check_state_dict, parse_params, validate_group
+from .._groups import check_grads, check_state_dict, parse_params, resolve_lr_scale, scaled, validate_group
 
 F32 = np.float32
 
@@ -51,10 +51,12 @@ class ReferenceOptimizer:
         cls.check(group)
 
     # -- the twin ----------------------------------------------------------------------------
-    def __init__(self, params, **hyper):
+    def __init__(self, params, lr_scale=None, **hyper):
         name = type(self).__name__
         self.defaults = {**type(self).defaults, **hyper}
         self.param_groups, self.params = parse_params(name, params, self.defaults)
+        #: Per-tensor multiplier of the group lr (``lr_scale=``).
+        self.lr_scale = resolve_lr_scale(name, lr_scale, list(self.params))
         for g in self.param_groups:
             self.validate(g)
         self._group_of = {n: i for i, g in enumerate(self.param_groups) for n in g["params"]}
@@ -98,7 +100,7 @@ class ReferenceOptimizer:
                     st[s] = np.full(self.state_shape(s, self.params[n].shape), self.init_value(s, group), F32)
                     fresh.add(s)
             st["step"] += 1
-            self._update(self.params[n], np.asarray(g, F32).copy(), st, group, fresh)
+            self._update(self.params[n], np.asarray(g, F32).copy(), st, scaled(group, self.lr_scale[n]), fresh)
 
     def _update(self, p: np.ndarray, g: np.ndarray, st: dict, group: dict, fresh: set) -> None:
         raise NotImplementedError
