@@ -3,11 +3,12 @@
 GPU optimizers: :class:`Adam`, :class:`AdamW`, :class:`SGD`, :class:`RMSprop`, :class:`Adagrad`,
 :class:`LAMB`, :class:`NAdamW`, :class:`RAdam`, :class:`QHAdamW`, :class:`Lion`, :class:`SophiaH`, :class:`Mars`, :class:`Adafactor`. NumPy twins with the same API: :mod:`rlx_gpu.reference`.
 """
-from . import reference
+from . import reference, schedules
 from .adafactor import Adafactor
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .arena import DeviceTensor
+from .clip import clip_grad_norm, global_grad_clip_scale, l2_norm
 from .device import Device, NoAdapterError, adapters, get_device
 from .lamb import LAMB
 from .lion import Lion
@@ -22,5 +23,5 @@ from .sophia import SophiaH
 
 __version__ = "0.1.0"
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars", "Adafactor",
-           "Optimizer", "DeviceTensor", "Device", "NoAdapterError",
+           "Optimizer", "DeviceTensor", "clip_grad_norm", "global_grad_clip_scale", "l2_norm", "Device", "NoAdapterError",
            "adapters", "get_device", "reference"]

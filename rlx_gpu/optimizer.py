@@ -31,7 +31,7 @@ class Optimizer:
     aux_states = ()      # states the family keeps outside the arenas (Adafactor's factored moments)
     constants: dict = {}  # further WGSL override constants of the family's shader
 
-    def __init__(self, params, *, device=None, lr_scale=None, **hyper):
+    def __init__(self, params, *, device=None, lr_scale=None, clip_grad_norm=None, **hyper):
         name = type(self).__name__
         spec = self.spec
         self.defaults = {**spec.defaults, **hyper}
@@ -43,6 +43,11 @@ class Optimizer:
         #: Per-tensor multiplier of the group lr (``lr_scale=``), applied in the kernel's scalars.
         self.lr_scale = resolve_lr_scale(name, lr_scale, self._names)
         self._scale = np.array([self.lr_scale[n] for n in self._names], np.float64)
+        if clip_grad_norm is not None:
+            from .clip import _check_max_norm
+            _check_max_norm(clip_grad_norm)
+        #: Global L2-norm clip folded into every step (None: off); may be changed between steps.
+        self.clip_grad_norm = clip_grad_norm
         self._index = {n: i for i, n in enumerate(self._names)}
         self._shapes = {n: a.shape for n, a in arrays.items()}
         self._group_of = np.array([gi for gi, g in enumerate(self.param_groups) for _ in g["params"]])
@@ -66,7 +71,8 @@ class Optimizer:
         self._scalars = {s: np.array([spec.init_value(s, self.param_groups[g]) for g in self._group_of], np.float32)
                          for s in spec.scalar_states}
         self._materialized = [set() for _ in self._names]
-        self._hyper = dev.buffer(4 * REC * len(self._names), f"{name}.hyper")
+        # n tensor records, then one global record (grad multiplier and clipping; shaders/common.wgsl)
+        self._hyper = dev.buffer(4 * REC * (len(self._names) + 1), f"{name}.hyper")
         self._blocks = [dev.buffer(b.nbytes, f"{name}.blocks[{c}]", data=b) for c, b in enumerate(self.layout.blocks)]
         self._binds: dict = {}
         if spec.eager_state:
@@ -195,6 +201,8 @@ class Optimizer:
         steps = self._steps + active
         self._pending = {s: v.copy() for s, v in self._scalars.items()}
         self._write_records(active, steps, fresh)
+        if self.clip_grad_norm is not None:
+            self._encode_clip(enc, scale_grads=False)  # the kernels multiply each grad by the factor
         self._encode(enc)
         try:
             self.device.submit(enc)
@@ -224,7 +232,53 @@ class Optimizer:
         words[:, 14] = self.layout.first_block
         words[:, 15] = self.layout.num_blocks
         self._pack(words)
-        self.device.queue.write_buffer(self._hyper, 0, np.ascontiguousarray(words))
+        glob = self._global_record(self.clip_grad_norm, 0, 2.0, count_all=False)
+        self.device.queue.write_buffer(self._hyper, 0, np.ascontiguousarray(np.concatenate([words, glob[None]])))
+
+    @staticmethod
+    def _global_record(max_norm, kind, p, count_all) -> np.ndarray:
+        g = np.zeros(REC, np.uint32)
+        g[0] = np.float32(1.0).view(np.uint32)
+        g[1] = np.float32(max_norm if max_norm is not None else 0.0).view(np.uint32)
+        g[2] = kind
+        g[3] = np.float32(p).view(np.uint32)
+        g[4] = 1 if count_all else 0
+        return g
+
+    def _clip_kernels(self):
+        if not hasattr(self, "_clipk"):
+            self._clipk = {e: get_kernel(self.device, "clip.wgsl", e, WG=self.WG, EPT=self.EPT)
+                           for e in ("partial", "total", "scale")}
+            self._clip_scratch = self.device.buffer(4 * max(1, self.layout.total_blocks), f"{type(self).__name__}.clip")
+            self._clip_binds = [self._clipk["partial"].bind({"hyper": self._hyper, "blocks": self._blocks[c],
+                                                             "grad": self._grad.buffers[c],
+                                                             "scratch": self._clip_scratch})
+                                for c in range(self.layout.num_chunks)]
+        return self._clipk
+
+    def _encode_clip(self, enc, scale_grads: bool):
+        k = self._clip_kernels()
+        for c, b in enumerate(self.layout.blocks):
+            k["partial"].dispatch(enc, self._clip_binds[c], len(b))
+        k["total"].dispatch(enc, self._clip_binds[0], 1)
+        if scale_grads:
+            for c, b in enumerate(self.layout.blocks):
+                k["scale"].dispatch(enc, self._clip_binds[c], len(b))
+
+    def _clip_on_device(self, max_norm, kind, p, scale_grads) -> float:
+        """The stand-alone rlx_gpu.clip_grad_norm on the device grad slots; returns the total norm."""
+        glob = self._global_record(max_norm, kind, p, count_all=True)
+        self.device.queue.write_buffer(self._hyper, 4 * REC * len(self._names), glob)
+        enc = self.device.device.create_command_encoder()
+        self._encode_clip(enc, scale_grads)
+        self.device.submit(enc)
+        return self.last_grad_norm()
+
+    def last_grad_norm(self) -> float:
+        """The total gradient norm the last clip computed on the device (reads 4 bytes back)."""
+        out = np.empty(1, np.float32)
+        self.device.read(self._hyper, 4 * (REC * len(self._names) + 5), 4, out=out)
+        return float(out[0])
 
     def _fill(self, group: dict, t: np.ndarray, fresh: list, rec: np.ndarray, sel: np.ndarray):
         """Fill ``rec[:, 1:14]`` (float64, one row per tensor of ``group`` at steps ``t``); return flags.

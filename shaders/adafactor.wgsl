@@ -45,7 +45,7 @@ fn lerp1(a: f32, b: f32, w: f32) -> f32 {
     return b - (b - a) * (1.0 - w);
 }
 
-fn gs(idx: u32) -> f32 { return grad[idx / 4u][idx % 4u]; }
+fn gs(idx: u32) -> f32 { return grad[idx / 4u][idx % 4u] * gscale(); }
 
 fn blk_elems() -> u32 { return WG * EPT * 4u; }
 
@@ -184,7 +184,7 @@ fn update_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         let i = blk.y + k * WG + lid;
         if (4u * i < blk.z) {
             let keep = tail(i, blk.z);
-            var g = grad[i];
+            var g = grad[i] * gscale();
             if ((f & MAXIMIZE) != 0u) { g = -g; }
             g = select(g, vec4<f32>(0.0), keep);
             let e = elem0(blk, i);
@@ -206,7 +206,7 @@ fn update_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 fn ratio(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
     let t = wid.x + wid.y * nwg.x;
-    let nt = arrayLength(&hyper) / REC;
+    let nt = ntensors();
     if (t >= nt) { return; }
     if ((hu(t, 0u) & ACTIVE) == 0u) { return; }
     let first = hu(t, 14u); let nb = hu(t, 15u);
@@ -235,7 +235,7 @@ fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     let t = blk.x;
     let f = hu(t, 0u);
     if ((f & ACTIVE) == 0u) { return; }
-    let nt = arrayLength(&hyper) / REC;
+    let nt = ntensors();
     let scale = scratch[(arrayLength(&scratch) - nt) + t];
     let decay = hf(t, 1u);
     for (var k = 0u; k < EPT; k++) {
@@ -243,7 +243,7 @@ fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
         if (4u * i >= blk.z) { break; }
         let keep = tail(i, blk.z);
         let p0 = param[i];
-        var g = grad[i];
+        var g = grad[i] * gscale();
         if ((f & MAXIMIZE) != 0u) { g = -g; }
         g = select(g, vec4<f32>(0.0), keep);
         var p = p0;

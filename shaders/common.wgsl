@@ -5,6 +5,8 @@
 //   word 0       flags: bit 0 active (the tensor has a grad this step), bit 1 maximize, bits 2+ per family
 //   words 1..13  f32 scalars, laid out per family (see the comment at the top of each shader)
 //   word 14      u32 first global block of the tensor;  word 15  u32 number of blocks
+// After the n tensor records, one global record (written by the host, and by shaders/clip.wgsl when the
+// gradient norm is clipped inside the step): word 0 f32 multiplier of every grad (1, or the clip factor).
 // Binding 1, `blocks`: one vec4<u32> per block of this chunk: (tensor, first vec4 index in the chunk,
 // end element in the chunk (exclusive), global block index). A block never crosses a tensor.
 // Each thread handles EPT vec4s of its block, strided by WG so that loads coalesce.
@@ -20,6 +22,9 @@ override EPT: u32 = 2u;
 @group(0) @binding(1) var<storage, read> blocks: array<vec4<u32>>;
 
 fn hf(t: u32, k: u32) -> f32 { return bitcast<f32>(hyper[t * REC + k]); }
+fn ntensors() -> u32 { return arrayLength(&hyper) / REC - 1u; }
+// The multiplier of every gradient this step (the global-norm clip factor, else exactly 1).
+fn gscale() -> f32 { return bitcast<f32>(hyper[ntensors() * REC]); }
 fn hu(t: u32, k: u32) -> u32 { return hyper[t * REC + k]; }
 
 // The block this workgroup owns (the grid may be 2-D past 65535 workgroups); x = NONE past the end.

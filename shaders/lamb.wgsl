@@ -44,7 +44,7 @@ fn moments(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
         if (4u * i < blk.z) {
             let keep = tail(i, blk.z);
             let p = param[i]; let m0 = exp_avg[i]; let v0 = exp_avg_sq[i];
-            var g = grad[i];
+            var g = grad[i] * gscale();
             if ((f & MAXIMIZE) != 0u) { g = -g; }
             let m = lerp4(m0, g, omb1);
             let v = v0 * b2 + omb2 * g * g;
@@ -64,7 +64,7 @@ fn moments(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 fn trust_ratio(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
     let t = wid.x + wid.y * nwg.x;
-    if (t >= arrayLength(&hyper) / REC) { return; }
+    if (t >= ntensors()) { return; }
     if ((hu(t, 0u) & ACTIVE) == 0u) { return; }
     let first = hu(t, 14u); let n = hu(t, 15u);
     var acc = vec2<f32>(0.0);

@@ -24,7 +24,7 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (4u * i >= blk.z) { break; }
         let keep = tail(i, blk.z);
         let p0 = param[i]; let m0 = exp_avg[i];
-        let g = grad[i];
+        let g = grad[i] * gscale();
         var p = p0;
         if ((f & DECAY) != 0u) { p = p * decay; }
         p = p + nlr * sign(m0 * b1 + omb1 * g);

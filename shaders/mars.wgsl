@@ -20,7 +20,7 @@ const MATRIX: u32 = 4u;
 // WebGPU default limit.
 @group(0) @binding(7) var<storage, read_write> scratch: array<f32>;
 
-fn norm_slot(t: u32) -> u32 { return arrayLength(&scratch) - arrayLength(&hyper) / REC + t; }
+fn norm_slot(t: u32) -> u32 { return arrayLength(&scratch) - ntensors() + t; }
 
 var<workgroup> red: array<f32, WG>;
 
@@ -45,7 +45,7 @@ fn norms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     for (var j = 0u; j < EPT; j++) {
         let i = blk.y + j * WG + lid;
         if (4u * i < blk.z) {
-            let g = grad[i];
+            let g = grad[i] * gscale();
             let c = select((g - last_grad[i]) * k + g, vec4<f32>(0.0), tail(i, blk.z));
             acc = acc + dot(c, c);
         }
@@ -59,7 +59,7 @@ fn norms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
 fn scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
     let t = wid.x + wid.y * nwg.x;
-    if (t >= arrayLength(&hyper) / REC) { return; }
+    if (t >= ntensors()) { return; }
     let f = hu(t, 0u);
     if ((f & ACTIVE) == 0u || (f & MATRIX) == 0u) { return; }
     let first = hu(t, 14u); let n = hu(t, 15u);
@@ -91,7 +91,7 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (4u * i >= blk.z) { break; }
         let keep = tail(i, blk.z);
         let p0 = param[i]; let m0 = exp_avg[i]; let v0 = exp_avg_sq[i]; let l0 = last_grad[i];
-        let g = grad[i];
+        let g = grad[i] * gscale();
         var p: vec4<f32>; var m: vec4<f32>; var v: vec4<f32>;
         if (matrix) {
             let c = ((g - l0) * k + g) / s;

@@ -27,7 +27,7 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (4u * i >= blk.z) { break; }
         let keep = tail(i, blk.z);
         let p0 = param[i]; let m0 = exp_avg[i]; let v0 = exp_avg_sq[i];
-        var g = grad[i];
+        var g = grad[i] * gscale();
         var p = p0;
         if ((f & MAXIMIZE) != 0u) { g = -g; }
         if ((f & DECOUPLED) != 0u) { p = p * decay; }

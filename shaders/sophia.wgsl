@@ -29,7 +29,7 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (4u * i >= blk.z) { break; }
         let keep = tail(i, blk.z);
         let p0 = param[i]; let m0 = exp_avg[i];
-        var g = grad[i];
+        var g = grad[i] * gscale();
         if ((f & MAXIMIZE) != 0u) { g = -g; }
         let m = m0 * b1 + omb1 * g;
         var p = p0;

@@ -40,8 +40,8 @@ class Adafactor(ReferenceOptimizer):
     defaults = dict(lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False)
     all_state_names = ("row_var", "col_var", "variance")
 
-    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False, lr_scale=None):
-        super().__init__(params, lr_scale=lr_scale, lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay,
+    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False, lr_scale=None, clip_grad_norm=None):
+        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay,
                          maximize=maximize)
 
     @classmethod

@@ -51,12 +51,17 @@ class ReferenceOptimizer:
         cls.check(group)
 
     # -- the twin ----------------------------------------------------------------------------
-    def __init__(self, params, lr_scale=None, **hyper):
+    def __init__(self, params, lr_scale=None, clip_grad_norm=None, **hyper):
         name = type(self).__name__
         self.defaults = {**type(self).defaults, **hyper}
         self.param_groups, self.params = parse_params(name, params, self.defaults)
         #: Per-tensor multiplier of the group lr (``lr_scale=``).
         self.lr_scale = resolve_lr_scale(name, lr_scale, list(self.params))
+        if clip_grad_norm is not None:
+            from ..clip import _check_max_norm
+            _check_max_norm(clip_grad_norm)
+        #: Global L2-norm clip applied to each step's grads (None: off).
+        self.clip_grad_norm = clip_grad_norm
         for g in self.param_groups:
             self.validate(g)
         self._group_of = {n: i for i, g in enumerate(self.param_groups) for n in g["params"]}
@@ -71,6 +76,10 @@ class ReferenceOptimizer:
         """Set the learning rate of every param group."""
         for g in self.param_groups:
             g["lr"] = lr
+
+    def last_grad_norm(self) -> float:
+        """The total gradient norm the last clipped step computed."""
+        return float(self._last_norm)
 
     def read_params(self, names=None, out: dict | None = None) -> dict:
         """Copies of the parameters (all, or ``names``; into ``out``'s arrays when given), as the GPU class."""
@@ -91,6 +100,11 @@ class ReferenceOptimizer:
         for g in self.param_groups:
             self.validate(g)
         grads = self.grads if grads is None else check_grads(name, grads, {n: p.shape for n, p in self.params.items()})
+        if self.clip_grad_norm is not None:  # torch's clip_grad_norm_ over this step's grads, not in place
+            from ..clip import clip_coef, host_total_norm
+            self._last_norm = host_total_norm(list(grads.values()))
+            c = clip_coef(self._last_norm, self.clip_grad_norm)
+            grads = {n: np.asarray(g, F32) * c for n, g in grads.items()}
         for n, g in grads.items():
             group = self.param_groups[self._group_of[n]]
             st = self.state.setdefault(n, {"step": 0})

@@ -1,0 +1,92 @@
+// Global gradient-norm clipping (torch.nn.utils.clip_grad_norm_ semantics), no host round trip:
+//   partial (blocks):         per-block sum of |g|^2 (norm 2), |g| (1), |g|^p (p), or max |g| (inf)
+//   total   (one workgroup):  total = the norm over every counted tensor; c = min(max_norm/(total + 1e-6), 1);
+//                             writes c into the global record's grad multiplier (word 0) and total into word 5
+//   scale   (blocks):         g *= c  (the stand-alone rlx_gpu.clip_grad_norm; the fused optimizer option
+//                             leaves the grads alone and its step kernels multiply by word 0 instead)
+// Global record (after the n tensor records): 0 grad multiplier, 1 max_norm, 2 kind (0: 2, 1: 1, 2: inf,
+// 3: p), 3 p, 4 count every tensor (1) or only those with a grad this step (0), 5 total norm (written here)
+const REC: u32 = 16u;
+const ACTIVE: u32 = 1u;
+override WG: u32 = 256u;
+override EPT: u32 = 2u;
+
+@group(0) @binding(0) var<storage, read_write> hyper: array<u32>;
+@group(0) @binding(1) var<storage, read> blocks: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read_write> grad: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> scratch: array<f32>;
+
+var<workgroup> red: array<f32, WG>;
+
+fn glob() -> u32 { return (arrayLength(&hyper) / REC - 1u) * REC; }
+fn gf(k: u32) -> f32 { return bitcast<f32>(hyper[glob() + k]); }
+
+fn combine(a: f32, b: f32, kind: u32) -> f32 {
+    if (kind == 2u) { return max(a, b); }
+    return a + b;
+}
+
+fn reduce(lid: u32, kind: u32) {
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        workgroupBarrier();
+        if (lid < s) { red[lid] = combine(red[lid], red[lid + s], kind); }
+    }
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(WG)
+fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let b = wid.x + wid.y * nwg.x;
+    if (b >= arrayLength(&blocks)) { return; }
+    let blk = blocks[b];
+    let kind = hyper[glob() + 2u];
+    let p = gf(3u);
+    var counted = hyper[glob() + 4u] != 0u || (hyper[blk.x * REC] & ACTIVE) != 0u;
+    var acc = 0.0;
+    if (counted) {
+        for (var k = 0u; k < EPT; k++) {
+            let i = blk.y + k * WG + lid;
+            if (4u * i < blk.z) {
+                let a = abs(select(grad[i], vec4<f32>(0.0), vec4<u32>(4u * i) + vec4<u32>(0u, 1u, 2u, 3u)
+                                   >= vec4<u32>(blk.z)));
+                if (kind == 0u) { acc = acc + dot(a, a); }
+                else if (kind == 1u) { acc = acc + a.x + a.y + a.z + a.w; }
+                else if (kind == 2u) { acc = max(acc, max(max(a.x, a.y), max(a.z, a.w))); }
+                else { acc = acc + dot(pow(a, vec4<f32>(p)), vec4<f32>(1.0)); }
+            }
+        }
+    }
+    red[lid] = acc;
+    reduce(lid, kind);
+    if (lid == 0u) { scratch[blk.w] = red[0]; }
+}
+
+@compute @workgroup_size(WG)
+fn total(@builtin(local_invocation_index) lid: u32) {
+    let kind = hyper[glob() + 2u];
+    var acc = 0.0;
+    for (var j = lid; j < arrayLength(&scratch); j = j + WG) { acc = combine(acc, scratch[j], kind); }
+    red[lid] = acc;
+    reduce(lid, kind);
+    if (lid == 0u) {
+        var t = red[0];
+        if (kind == 0u) { t = sqrt(t); } else if (kind == 3u) { t = pow(t, 1.0 / gf(3u)); }
+        let c = min(gf(1u) / (t + 1e-6), 1.0);
+        hyper[glob()] = bitcast<u32>(c);
+        hyper[glob() + 5u] = bitcast<u32>(t);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) lid: u32) {
+    let b = wid.x + wid.y * nwg.x;
+    if (b >= arrayLength(&blocks)) { return; }
+    let blk = blocks[b];
+    let c = gf(0u);
+    for (var k = 0u; k < EPT; k++) {
+        let i = blk.y + k * WG + lid;
+        if (4u * i < blk.z) { grad[i] = grad[i] * c; }
+    }
+}
