@@ -7,6 +7,7 @@ from . import reference, schedules
 from .adafactor import Adafactor
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .amp import GradScaler
 from .arena import DeviceTensor
 from .clip import clip_grad_norm, global_grad_clip_scale, l2_norm
 from .device import Device, NoAdapterError, adapters, get_device
@@ -23,5 +24,6 @@ from .sophia import SophiaH
 
 __version__ = "0.1.0"
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars", "Adafactor",
-           "Optimizer", "DeviceTensor", "clip_grad_norm", "global_grad_clip_scale", "l2_norm", "Device", "NoAdapterError",
+           "Optimizer", "DeviceTensor", "clip_grad_norm", "global_grad_clip_scale", "l2_norm",
+           "GradScaler", "Device", "NoAdapterError",
            "adapters", "get_device", "reference"]

@@ -33,8 +33,9 @@ class Adafactor(Optimizer):
     constants = {"RT": RT}
 
     def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0,
-                 maximize=False, *, device=None, lr_scale=None, clip_grad_norm=None):
-        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, lr=lr, beta2_decay=beta2_decay, eps=eps, d=d,
+                 maximize=False, *, device=None, lr_scale=None, clip_grad_norm=None,
+                 skip_nonfinite=False):
+        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, beta2_decay=beta2_decay, eps=eps, d=d,
                          weight_decay=weight_decay, maximize=maximize)
         n = len(self._names)
         self._fact = np.array([ref.factored(self._shapes[x]) for x in self._names])

@@ -23,8 +23,9 @@ class Adam(Optimizer):
     shader = "adam.wgsl"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False,
-                 maximize=False, *, device=None, lr_scale=None, clip_grad_norm=None):
-        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                 maximize=False, *, device=None, lr_scale=None, clip_grad_norm=None,
+                 skip_nonfinite=False):
+        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          amsgrad=amsgrad, maximize=maximize)
 
     def _fill(self, g, t, fresh, rec, sel):
@@ -46,6 +47,7 @@ class AdamW(Adam):
     spec = ref.AdamW
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False,
-                 maximize=False, *, device=None, lr_scale=None, clip_grad_norm=None):
+                 maximize=False, *, device=None, lr_scale=None, clip_grad_norm=None,
+                 skip_nonfinite=False):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                         maximize=maximize, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm)
+                         maximize=maximize, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite)

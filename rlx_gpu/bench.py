@@ -39,6 +39,8 @@ OPTIMIZERS = {
     "sophiah": ("SophiaH", {}, 24, None),          # p, m read+write; g and the Hessian EMA read
     "mars": ("Mars", {}, 36, None),                # p, m, v, g_prev read+write; g read
     "adafactor": ("Adafactor", {}, 12, ("Adafactor", {"foreach": True})),  # p read+write, g read
+    # AdamW with the global-norm clip folded in: one more read of g. torch: clip_grad_norm_(foreach) + fused AdamW.
+    "adamw+clip": ("AdamW", {"clip_grad_norm": 1.0}, 32, ("AdamW", {"fused": True, "clip": 1.0})),
 }
 DEFAULT_SETS = "single:67108864,gpt2-124m,gpt2-1.5b"
 # WGSL copy-kernel variants (workgroup size, vec4s per thread) timed for the copy bandwidth.
@@ -168,10 +170,20 @@ def _torch_cuda():
 
 def torch_step_ms(torch, shapes, opt_spec, repeats) -> float:
     name, kw = opt_spec
+    kw = dict(kw)
+    clip = kw.pop("clip", None)
     ps = [torch.zeros(s, device="cuda") + 0.01 for _, s in shapes]
     for p in ps:
         p.grad = torch.full_like(p, 1e-3)
-    opt = getattr(torch.optim, name)(ps, lr=1e-3, **kw)
+    inner = getattr(torch.optim, name)(ps, lr=1e-3, **kw)
+
+    class _Opt:  # the step being timed: clip first where the row asks for it
+        def step(self):
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(ps, clip, foreach=True)
+            inner.step()
+
+    opt = _Opt()
     for _ in range(3):
         opt.step()
     torch.cuda.synchronize()
@@ -185,7 +197,7 @@ def torch_step_ms(torch, shapes, opt_spec, repeats) -> float:
         e.record()
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) / steps)
-    del opt, ps
+    del opt, inner, ps
     torch.cuda.empty_cache()
     return _median(times)
 
@@ -319,7 +331,7 @@ def run(args) -> dict:
             done += 1
             cls_name, kw, bytes_per, torch_spec = OPTIMIZERS[oname]
             spec = getattr(rlx_gpu.reference, cls_name)
-            nstate = len(spec.state_names({**spec.defaults, **kw}))
+            nstate = len(spec.state_names({**spec.defaults, **{k: v for k, v in kw.items() if k in spec.defaults}}))
             numel0 = sum(int(np.prod(s)) for _, s in base)
             need = numel0 * 4 * (2 + nstate) * 1.1
             scale = min(1.0, budget / need)
@@ -347,7 +359,8 @@ def run(args) -> dict:
             del opt
             if torch is not None and torch_spec is not None:
                 row["torch_ms"] = torch_step_ms(torch, shapes, torch_spec, args.repeats)
-                row["torch_impl"] = f"{torch_spec[0]}({', '.join(f'{k}={v}' for k, v in torch_spec[1].items())})"
+                row["torch_impl"] = (("clip_grad_norm_(foreach=True) + " if "clip" in torch_spec[1] else "")
+                                     + f"{torch_spec[0]}({', '.join(f'{k}={v}' for k, v in torch_spec[1].items() if k != 'clip')})")
                 row["ratio_vs_torch"] = row["torch_ms"] / row["ms_per_step"]
             if not args.no_numpy and numel <= args.numpy_max:
                 twin = getattr(rlx_gpu.reference, cls_name)(params, lr=1e-3, **kw)

@@ -22,8 +22,9 @@ class LAMB(Optimizer):
     entries = ("moments", "trust_ratio", "apply")
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, bias_correction=True,
-                 maximize=False, *, device=None, lr_scale=None, clip_grad_norm=None):
-        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                 maximize=False, *, device=None, lr_scale=None, clip_grad_norm=None,
+                 skip_nonfinite=False):
+        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          bias_correction=bias_correction, maximize=maximize)
         self._partials = self.device.buffer(8 * max(1, self.layout.total_blocks), "LAMB.partials")
         self._ratio = self.device.buffer(4 * len(self._names), "LAMB.ratio")

@@ -18,8 +18,9 @@ class Lion(Optimizer):
     spec = ref.Lion
     shader = "lion.wgsl"
 
-    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, *, device=None, lr_scale=None, clip_grad_norm=None):
-        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, lr=lr, betas=betas, weight_decay=weight_decay)
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, *, device=None, lr_scale=None, clip_grad_norm=None,
+                 skip_nonfinite=False):
+        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, weight_decay=weight_decay)
 
     def _fill(self, g, t, fresh, rec, sel):
         lr, (b1, b2), wd = g["lr"], g["betas"], g["weight_decay"]

@@ -27,8 +27,9 @@ class Mars(Optimizer):
     entries = ("norms", "scale", "step")
 
     def __init__(self, params, lr=3e-3, betas=(0.95, 0.99), eps=1e-8, weight_decay=0.0, gamma=0.025, lr_1d=3e-3,
-                 betas_1d=(0.9, 0.95), weight_decay_1d=0.1, *, device=None, lr_scale=None, clip_grad_norm=None):
-        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, gamma=gamma,
+                 betas_1d=(0.9, 0.95), weight_decay_1d=0.1, *, device=None, lr_scale=None, clip_grad_norm=None,
+                 skip_nonfinite=False):
+        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, gamma=gamma,
                          lr_1d=lr_1d, betas_1d=betas_1d, weight_decay_1d=weight_decay_1d)
         self._matrix = np.array([len(self._shapes[n]) == 2 for n in self._names])
         self._scratch = self.device.buffer(4 * (self.layout.total_blocks + len(self._names)), "Mars.scratch")

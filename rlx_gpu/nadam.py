@@ -22,8 +22,9 @@ class NAdamW(Optimizer):
     shader = "nadam.wgsl"
 
     def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, momentum_decay=4e-3,
-                 maximize=False, *, device=None, lr_scale=None, clip_grad_norm=None):
-        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                 maximize=False, *, device=None, lr_scale=None, clip_grad_norm=None,
+                 skip_nonfinite=False):
+        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          momentum_decay=momentum_decay, maximize=maximize)
 
     def _fill(self, g, t, fresh, rec, sel):

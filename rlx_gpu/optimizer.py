@@ -31,7 +31,7 @@ class Optimizer:
     aux_states = ()      # states the family keeps outside the arenas (Adafactor's factored moments)
     constants: dict = {}  # further WGSL override constants of the family's shader
 
-    def __init__(self, params, *, device=None, lr_scale=None, clip_grad_norm=None, **hyper):
+    def __init__(self, params, *, device=None, lr_scale=None, clip_grad_norm=None, skip_nonfinite=False, **hyper):
         name = type(self).__name__
         spec = self.spec
         self.defaults = {**spec.defaults, **hyper}
@@ -48,6 +48,9 @@ class Optimizer:
             _check_max_norm(clip_grad_norm)
         #: Global L2-norm clip folded into every step (None: off); may be changed between steps.
         self.clip_grad_norm = clip_grad_norm
+        #: Skip a step whose grads hold inf or NaN: params, state and step counts stay bit-identical.
+        self.skip_nonfinite = bool(skip_nonfinite)
+        self.last_step_skipped = False
         self._index = {n: i for i, n in enumerate(self._names)}
         self._shapes = {n: a.shape for n, a in arrays.items()}
         self._group_of = np.array([gi for gi, g in enumerate(self.param_groups) for _ in g["params"]])
@@ -159,11 +162,15 @@ class Optimizer:
         self.device.submit(enc)
 
     def step(self, grads=None) -> None:
+        self._step(grads, inv_scale=1.0, check=self.skip_nonfinite)
+
+    def _step(self, grads, inv_scale: float, check: bool) -> bool:
         """One optimizer step.
 
         ``grads``: dict name -> float32 ndarray or DeviceTensor; a missing name means "no gradient" (that
         tensor, its state and its step count stay as they are). ``None`` steps every tensor using the
-        device gradient slots ``self.grads``. Everything is checked before any GPU work.
+        device gradient slots ``self.grads``. Everything is checked before any GPU work. With
+        ``skip_nonfinite`` a step whose grads hold inf or NaN changes nothing (``last_step_skipped``).
         """
         name = type(self).__name__
         for g in self.param_groups:
@@ -200,7 +207,17 @@ class Optimizer:
                     fresh[t].add(s)
         steps = self._steps + active
         self._pending = {s: v.copy() for s, v in self._scalars.items()}
-        self._write_records(active, steps, fresh)
+        self._write_records(active, steps, fresh, inv_scale)
+        if check:  # inf/NaN found on the device (bit patterns), decided here before any state changes
+            self._encode_check(enc)
+            self.device.submit(enc)
+            flag = np.empty(1, np.uint32)
+            self.device.read(self._hyper, 4 * (REC * len(self._names) + 6), 4, out=flag)
+            self.last_step_skipped = bool(flag[0])
+            if self.last_step_skipped:
+                return False
+            self.device.queue.write_buffer(self._hyper, 4 * (REC * len(self._names) + 2), np.zeros(1, np.uint32))
+            enc = self.device.device.create_command_encoder()
         if self.clip_grad_norm is not None:
             self._encode_clip(enc, scale_grads=False)  # the kernels multiply each grad by the factor
         self._encode(enc)
@@ -213,8 +230,9 @@ class Optimizer:
             self._scalars[s][active] = v[active]
         for t in np.flatnonzero(active):
             self._materialized[t] |= fresh[t]
+        return True
 
-    def _write_records(self, active, steps, fresh):
+    def _write_records(self, active, steps, fresh, inv_scale: float = 1.0):
         n = len(self._names)
         vals = np.zeros((n, REC), np.float64)
         flags = np.zeros(n, np.uint32)
@@ -232,13 +250,14 @@ class Optimizer:
         words[:, 14] = self.layout.first_block
         words[:, 15] = self.layout.num_blocks
         self._pack(words)
-        glob = self._global_record(self.clip_grad_norm, 0, 2.0, count_all=False)
+        glob = self._global_record(self.clip_grad_norm, 0, 2.0, count_all=False, inv_scale=inv_scale)
         self.device.queue.write_buffer(self._hyper, 0, np.ascontiguousarray(np.concatenate([words, glob[None]])))
 
     @staticmethod
-    def _global_record(max_norm, kind, p, count_all) -> np.ndarray:
+    def _global_record(max_norm, kind, p, count_all, inv_scale=1.0) -> np.ndarray:
         g = np.zeros(REC, np.uint32)
-        g[0] = np.float32(1.0).view(np.uint32)
+        g[0] = np.float32(inv_scale).view(np.uint32)  # the grad multiplier (a clip pass may overwrite it)
+        g[7] = np.float32(inv_scale).view(np.uint32)
         g[1] = np.float32(max_norm if max_norm is not None else 0.0).view(np.uint32)
         g[2] = kind
         g[3] = np.float32(p).view(np.uint32)
@@ -264,6 +283,16 @@ class Optimizer:
         if scale_grads:
             for c, b in enumerate(self.layout.blocks):
                 k["scale"].dispatch(enc, self._clip_binds[c], len(b))
+
+    def _encode_check(self, enc):
+        """Set the global record's non-finite flag from this step's grads (the clip kernels, kind 4)."""
+        k = self._clip_kernels()
+        glob = self._global_record(self.clip_grad_norm, 4, 0.0, count_all=False)
+        # only words 2 (kind) and 6 (the flag) matter here; the step's record is rewritten after the check
+        self.device.queue.write_buffer(self._hyper, 4 * (REC * len(self._names) + 2), glob[2:3])
+        for c, b in enumerate(self.layout.blocks):
+            k["partial"].dispatch(enc, self._clip_binds[c], len(b))
+        k["total"].dispatch(enc, self._clip_binds[0], 1)
 
     def _clip_on_device(self, max_norm, kind, p, scale_grads) -> float:
         """The stand-alone rlx_gpu.clip_grad_norm on the device grad slots; returns the total norm."""

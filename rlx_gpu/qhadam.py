@@ -20,8 +20,9 @@ class QHAdamW(Optimizer):
     shader = "qhadam.wgsl"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), nus=(1.0, 1.0), eps=1e-8, weight_decay=0.0, *,
-                 device=None, lr_scale=None, clip_grad_norm=None):
-        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, lr=lr, betas=betas, nus=nus, eps=eps, weight_decay=weight_decay)
+                 device=None, lr_scale=None, clip_grad_norm=None,
+                 skip_nonfinite=False):
+        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, nus=nus, eps=eps, weight_decay=weight_decay)
 
     def _fill(self, g, t, fresh, rec, sel):
         lr, (b1, b2), (nu1, nu2), wd, eps = g["lr"], g["betas"], g["nus"], g["weight_decay"], g["eps"]

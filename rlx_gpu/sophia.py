@@ -27,9 +27,10 @@ class SophiaH(Optimizer):
     entries = ("step", "update_hessian")
 
     def __init__(self, params, lr=1e-4, betas=(0.965, 0.99), rho=0.04, eps=1e-15, weight_decay=0.1, maximize=False,
-                 *, device=None, lr_scale=None, clip_grad_norm=None):
+                 *, device=None, lr_scale=None, clip_grad_norm=None,
+                 skip_nonfinite=False):
         self._estimate = None
-        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, lr=lr, betas=betas, rho=rho, eps=eps, weight_decay=weight_decay,
+        super().__init__(params, device=device, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, rho=rho, eps=eps, weight_decay=weight_decay,
                          maximize=maximize)
 
     def _buffers(self, chunk):

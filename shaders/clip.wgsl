@@ -4,8 +4,11 @@
 //                             writes c into the global record's grad multiplier (word 0) and total into word 5
 //   scale   (blocks):         g *= c  (the stand-alone rlx_gpu.clip_grad_norm; the fused optimizer option
 //                             leaves the grads alone and its step kernels multiply by word 0 instead)
+//   kind 4 (finite check): partial/total set word 6 to 1 when any counted grad is inf or NaN, tested on the
+//                          u32 bit pattern (exponent all ones), since compilers may assume floats are finite
 // Global record (after the n tensor records): 0 grad multiplier, 1 max_norm, 2 kind (0: 2, 1: 1, 2: inf,
-// 3: p), 3 p, 4 count every tensor (1) or only those with a grad this step (0), 5 total norm (written here)
+// 3: p, 4: finite check), 3 p, 4 count every tensor (1) or only those with a grad this step (0), 5 total norm
+// (written here), 6 non-finite found (written here), 7 inv_scale: the loss-scale factor the grads carry
 const REC: u32 = 16u;
 const ACTIVE: u32 = 1u;
 override WG: u32 = 256u;
@@ -22,7 +25,7 @@ fn glob() -> u32 { return (arrayLength(&hyper) / REC - 1u) * REC; }
 fn gf(k: u32) -> f32 { return bitcast<f32>(hyper[glob() + k]); }
 
 fn combine(a: f32, b: f32, kind: u32) -> f32 {
-    if (kind == 2u) { return max(a, b); }
+    if (kind == 2u || kind == 4u) { return max(a, b); }
     return a + b;
 }
 
@@ -50,7 +53,10 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
             if (4u * i < blk.z) {
                 let a = abs(select(grad[i], vec4<f32>(0.0), vec4<u32>(4u * i) + vec4<u32>(0u, 1u, 2u, 3u)
                                    >= vec4<u32>(blk.z)));
-                if (kind == 0u) { acc = acc + dot(a, a); }
+                if (kind == 4u) {
+                    let bad = (bitcast<vec4<u32>>(a) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u);
+                    if (any(bad)) { acc = 1.0; }
+                } else if (kind == 0u) { acc = acc + dot(a, a); }
                 else if (kind == 1u) { acc = acc + a.x + a.y + a.z + a.w; }
                 else if (kind == 2u) { acc = max(acc, max(max(a.x, a.y), max(a.z, a.w))); }
                 else { acc = acc + dot(pow(a, vec4<f32>(p)), vec4<f32>(1.0)); }
@@ -70,10 +76,15 @@ fn total(@builtin(local_invocation_index) lid: u32) {
     red[lid] = acc;
     reduce(lid, kind);
     if (lid == 0u) {
+        if (kind == 4u) {
+            hyper[glob() + 6u] = select(0u, 1u, red[0] > 0.0);
+            return;
+        }
         var t = red[0];
         if (kind == 0u) { t = sqrt(t); } else if (kind == 3u) { t = pow(t, 1.0 / gf(3u)); }
+        t = t * gf(7u);  // the norm of the unscaled grads
         let c = min(gf(1u) / (t + 1e-6), 1.0);
-        hyper[glob()] = bitcast<u32>(c);
+        hyper[glob()] = bitcast<u32>(c * gf(7u));
         hyper[glob() + 5u] = bitcast<u32>(t);
     }
 }

@@ -40,8 +40,9 @@ class Adafactor(ReferenceOptimizer):
     defaults = dict(lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False)
     all_state_names = ("row_var", "col_var", "variance")
 
-    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False, lr_scale=None, clip_grad_norm=None):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay,
+    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False, lr_scale=None, clip_grad_norm=None,
+                 skip_nonfinite=False):
+        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay,
                          maximize=maximize)
 
     @classmethod
@@ -62,14 +63,13 @@ class Adafactor(ReferenceOptimizer):
     def _states_for(self, shape):
         return ("row_var", "col_var") if factored(shape) else ("variance",)
 
-    def step(self, grads=None):
-        # Adafactor's states depend on each tensor's rank; make them before the shared step loop runs.
-        for n, p in self.params.items():
-            if grads is None or n in grads:
-                st = self.state.setdefault(n, {"step": 0})
-                for s in self._states_for(p.shape):
-                    st.setdefault(s, np.zeros(self.state_shape(s, p.shape), F32))
-        super().step(grads)
+    def _before_update(self, grads):
+        # Adafactor's states depend on each tensor's rank; make them before the per-tensor updates run.
+        for n in grads:
+            p = self.params[n]
+            st = self.state.setdefault(n, {"step": 0})
+            for s in self._states_for(p.shape):
+                st.setdefault(s, np.zeros(self.state_shape(s, p.shape), F32))
 
     @classmethod
     def state_names(cls, group):

@@ -51,7 +51,7 @@ class ReferenceOptimizer:
         cls.check(group)
 
     # -- the twin ----------------------------------------------------------------------------
-    def __init__(self, params, lr_scale=None, clip_grad_norm=None, **hyper):
+    def __init__(self, params, lr_scale=None, clip_grad_norm=None, skip_nonfinite=False, **hyper):
         name = type(self).__name__
         self.defaults = {**type(self).defaults, **hyper}
         self.param_groups, self.params = parse_params(name, params, self.defaults)
@@ -62,6 +62,9 @@ class ReferenceOptimizer:
             _check_max_norm(clip_grad_norm)
         #: Global L2-norm clip applied to each step's grads (None: off).
         self.clip_grad_norm = clip_grad_norm
+        #: Skip a step whose grads hold inf or NaN (nothing changes; see ``last_step_skipped``).
+        self.skip_nonfinite = bool(skip_nonfinite)
+        self.last_step_skipped = False
         for g in self.param_groups:
             self.validate(g)
         self._group_of = {n: i for i, g in enumerate(self.param_groups) for n in g["params"]}
@@ -96,15 +99,25 @@ class ReferenceOptimizer:
 
     def step(self, grads=None) -> None:
         """One step for every tensor in ``grads`` (default: every tensor, with ``self.grads``)."""
+        self._step(grads, 1.0, self.skip_nonfinite)
+
+    def _step(self, grads, inv_scale: float, check: bool) -> bool:
         name = type(self).__name__
         for g in self.param_groups:
             self.validate(g)
         grads = self.grads if grads is None else check_grads(name, grads, {n: p.shape for n, p in self.params.items()})
+        if check:
+            self.last_step_skipped = not all(np.isfinite(np.asarray(g)).all() for g in grads.values())
+            if self.last_step_skipped:
+                return False
+        if inv_scale != 1.0:
+            grads = {n: np.asarray(g, F32) * F32(inv_scale) for n, g in grads.items()}
         if self.clip_grad_norm is not None:  # torch's clip_grad_norm_ over this step's grads, not in place
             from ..clip import clip_coef, host_total_norm
             self._last_norm = host_total_norm(list(grads.values()))
             c = clip_coef(self._last_norm, self.clip_grad_norm)
             grads = {n: np.asarray(g, F32) * c for n, g in grads.items()}
+        self._before_update(grads)
         for n, g in grads.items():
             group = self.param_groups[self._group_of[n]]
             st = self.state.setdefault(n, {"step": 0})
@@ -115,6 +128,10 @@ class ReferenceOptimizer:
                     fresh.add(s)
             st["step"] += 1
             self._update(self.params[n], np.asarray(g, F32).copy(), st, scaled(group, self.lr_scale[n]), fresh)
+        return True
+
+    def _before_update(self, grads: dict) -> None:
+        """Hook run once per step after every check passed, before the per-tensor updates."""
 
     def _update(self, p: np.ndarray, g: np.ndarray, st: dict, group: dict, fresh: set) -> None:
         raise NotImplementedError

@@ -18,8 +18,9 @@ class SophiaH(ReferenceOptimizer):
     defaults = dict(lr=1e-4, betas=(0.965, 0.99), rho=0.04, eps=1e-15, weight_decay=0.1, maximize=False)
     all_state_names = ("exp_avg", "hessian")
 
-    def __init__(self, params, lr=1e-4, betas=(0.965, 0.99), rho=0.04, eps=1e-15, weight_decay=0.1, maximize=False, lr_scale=None, clip_grad_norm=None):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, lr=lr, betas=betas, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize)
+    def __init__(self, params, lr=1e-4, betas=(0.965, 0.99), rho=0.04, eps=1e-15, weight_decay=0.1, maximize=False, lr_scale=None, clip_grad_norm=None,
+                 skip_nonfinite=False):
+        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize)
 
     def update_hessian(self, estimates: dict) -> None:
         """Fold Hutchinson estimates ``{name: u * (H u)}`` into the Hessian EMA: h = b2*h + (1-b2)*estimate."""

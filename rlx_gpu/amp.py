@@ -1,0 +1,90 @@
+"""Dynamic loss scaling: ``GradScaler`` with torch.amp.GradScaler's semantics.
+
+    scaler = rlx_gpu.GradScaler()
+    loss_to_backprop = scaler.scale(loss)          # your autodiff then yields grads multiplied by the scale
+    scaler.step(opt, grads)                        # unscales inside the kernel; skips the step on inf/NaN
+    scaler.update()                                # backs off after a skip, grows after growth_interval clean steps
+
+``step`` checks the grads on the device (a bit-pattern test of the u32 view: exponent all ones, since shader
+compilers may assume floats are finite) before anything changes. When a grad holds inf or NaN, the step is
+skipped whole: params, every state buffer and every step count stay bit-identical. Otherwise the kernels
+multiply each grad by 1/scale (and by the clip factor, if the optimizer clips), so grads are never rewritten.
+The decision costs one 4-byte read-back per step (see PERF_NOTES.md).
+"""
+from __future__ import annotations
+
+import math
+
+__all__ = ["GradScaler"]
+
+
+class GradScaler:
+    """torch.amp.GradScaler's dynamic loss scaling for the GPU optimizers and the NumPy twins."""
+
+    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
+                 enabled=True):
+        if not (growth_factor > 1.0):
+            raise ValueError(f"The growth factor must be > 1.0, got {growth_factor}")
+        if not (0.0 < backoff_factor < 1.0):
+            raise ValueError(f"The backoff factor must be < 1.0 and > 0, got {backoff_factor}")
+        if not (isinstance(growth_interval, int) and growth_interval > 0):
+            raise ValueError(f"growth_interval must be a positive int, got {growth_interval}")
+        if not (math.isfinite(init_scale) and init_scale > 0):
+            raise ValueError(f"init_scale must be finite and > 0, got {init_scale}")
+        self._scale = float(init_scale)
+        self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
+        self._growth_interval = growth_interval
+        self._growth_tracker = 0
+        self._enabled = enabled
+        self._found_inf = None
+
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    def get_scale(self) -> float:
+        """The current scale (1.0 when disabled)."""
+        return self._scale if self._enabled else 1.0
+
+    def scale(self, value):
+        """``value`` (a loss: float or array) multiplied by the current scale."""
+        return value * self.get_scale() if self._enabled else value
+
+    def step(self, optimizer, grads=None):
+        """Unscale inside the kernels and step, or skip the whole step if any grad is inf or NaN."""
+        if not self._enabled:
+            return optimizer.step(grads)
+        stepped = optimizer._step(grads, 1.0 / self._scale, check=True)
+        self._found_inf = not stepped
+        return None
+
+    def update(self, new_scale=None) -> None:
+        """Back off after a skipped step, grow after ``growth_interval`` clean steps (torch's rule)."""
+        if not self._enabled:
+            return
+        if new_scale is not None:
+            self._scale = float(new_scale)
+        elif self._found_inf is not None:
+            if self._found_inf:
+                self._scale *= self._backoff_factor
+                self._growth_tracker = 0
+            else:
+                self._growth_tracker += 1
+                if self._growth_tracker == self._growth_interval:
+                    self._scale *= self._growth_factor
+                    self._growth_tracker = 0
+        self._found_inf = None
+
+    def state_dict(self) -> dict:
+        if not self._enabled:
+            return {}
+        return {"scale": self._scale, "growth_factor": self._growth_factor, "backoff_factor": self._backoff_factor,
+                "growth_interval": self._growth_interval, "_growth_tracker": self._growth_tracker}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not self._enabled:
+            return
+        self._scale = float(state["scale"])
+        self._growth_factor = float(state["growth_factor"])
+        self._backoff_factor = float(state["backoff_factor"])
+        self._growth_interval = int(state["growth_interval"])
+        self._growth_tracker = int(state["_growth_tracker"])

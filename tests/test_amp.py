@@ -1,0 +1,102 @@
+"""Dynamic loss scaling and skip_nonfinite: planted inf/NaN skip the whole step (checked byte for byte), the scale
+backs off and grows as torch.amp.GradScaler's does, and clean steps match the twin."""
+import numpy as np
+import pytest
+
+import rlx_gpu
+from cases import CASES, case_id
+from helpers import assert_same, make_grads, make_params
+
+
+def snapshot(opt):
+    sd = opt.state_dict()
+    return ({n: p.tobytes() for n, p in opt.read_params().items()},
+            {n: {k: (np.asarray(v).tobytes() if k != "step" else v) for k, v in st.items()}
+             for n, st in sd["state"].items()})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gpu_cls,twin_cls,opts", [c for c in CASES if c[2] == {}], ids=case_id)
+def test_scaler_skips_bad_steps_atomically(gpu_cls, twin_cls, opts, device):
+    params = make_params([(6, 7), 300, 5], seed=50)
+    gpu, twin = gpu_cls(params, device=device), twin_cls(params)
+    sg = rlx_gpu.GradScaler(init_scale=1024.0, growth_interval=3)
+    st = rlx_gpu.GradScaler(init_scale=1024.0, growth_interval=3)
+    rng = np.random.default_rng(51)
+    scales = []
+    for s in range(10):
+        g = {n: v * np.float32(sg.get_scale()) for n, v in make_grads(params, rng).items()}
+        bad = s in (2, 6)
+        if bad:
+            g["t1"][17] = np.inf if s == 2 else np.nan
+        before = snapshot(gpu)
+        sg.step(gpu, g)
+        st.step(twin, g)
+        if bad:
+            assert gpu.last_step_skipped and snapshot(gpu) == before  # byte for byte, steps included
+        else:
+            assert not gpu.last_step_skipped
+        sg.update()
+        st.update()
+        scales.append(sg.get_scale())
+    assert scales == [1024.0, 1024.0, 512.0, 512.0, 512.0, 1024.0, 512.0, 512.0, 512.0, 1024.0]
+    assert st.get_scale() == sg.get_scale()
+    assert_same(gpu, twin, f"{gpu_cls.__name__} scaled")
+
+
+@pytest.mark.gpu
+def test_skip_nonfinite_option_and_unscale_with_clip(device):
+    params = make_params([(4, 4), 50], seed=52)
+    gpu = rlx_gpu.AdamW(params, skip_nonfinite=True, clip_grad_norm=0.5, device=device)
+    twin = rlx_gpu.reference.AdamW(params, skip_nonfinite=True, clip_grad_norm=0.5)
+    rng = np.random.default_rng(53)
+    for s in range(6):
+        g = make_grads(params, rng)
+        if s == 3:
+            g["t0"][1, 2] = -np.inf
+        before = snapshot(gpu)
+        gpu.step(g)
+        twin.step(g)
+        assert gpu.last_step_skipped == twin.last_step_skipped == (s == 3)
+        if s == 3:
+            assert snapshot(gpu) == before
+    assert_same(gpu, twin, "skip_nonfinite + clip")
+    # a scaler's unscale composes with the fused clip: the clip sees the unscaled norm
+    sg, st = rlx_gpu.GradScaler(init_scale=256.0), rlx_gpu.GradScaler(init_scale=256.0)
+    g = {n: v * np.float32(256.0) for n, v in make_grads(params, rng).items()}
+    sg.step(gpu, g)
+    st.step(twin, g)
+    assert gpu.last_grad_norm() == pytest.approx(twin.last_grad_norm(), rel=2e-6)
+    assert_same(gpu, twin, "scaled + clipped")
+
+
+def test_scaler_rule_matches_torch():
+    torch = pytest.importorskip("torch", reason="torch is the oracle here")
+    ts = torch.amp.GradScaler("cpu", init_scale=8.0, growth_factor=3.0, backoff_factor=0.25, growth_interval=2)
+    w = torch.zeros(1, requires_grad=True)
+    topt = torch.optim.SGD([w], lr=0.1)
+    ours = rlx_gpu.GradScaler(init_scale=8.0, growth_factor=3.0, backoff_factor=0.25, growth_interval=2)
+    twin = rlx_gpu.reference.SGD({"w": np.zeros(1, np.float32)}, lr=0.1)
+    for bad in [0, 0, 1, 0, 0, 0, 1, 1, 0, 0]:
+        val = float("inf") if bad else 1.0
+        ts.scale(torch.ones(1))  # torch's scaler needs scale() called before step()
+        w.grad = torch.tensor([val * ts.get_scale()])
+        ts.step(topt)
+        ts.update()
+        ours.step(twin, {"w": np.array([val * ours.get_scale()], np.float32)})
+        ours.update()
+        assert ours.get_scale() == ts.get_scale()
+    np.testing.assert_allclose(twin.params["w"], w.detach().numpy(), rtol=1e-6)
+
+
+def test_scaler_validation_and_state():
+    with pytest.raises(ValueError, match="growth factor must be > 1.0"):
+        rlx_gpu.GradScaler(growth_factor=1.0)
+    with pytest.raises(ValueError, match="backoff factor must be < 1.0"):
+        rlx_gpu.GradScaler(backoff_factor=1.5)
+    s = rlx_gpu.GradScaler(init_scale=4.0)
+    s._growth_tracker = 5
+    t = rlx_gpu.GradScaler()
+    t.load_state_dict(s.state_dict())
+    assert t.get_scale() == 4.0 and t._growth_tracker == 5
+    assert rlx_gpu.GradScaler(enabled=False).scale(3.0) == 3.0
