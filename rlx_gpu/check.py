@@ -84,6 +84,7 @@ def runtime_constants() -> dict:
             out.setdefault(cls.shader, {"WG": cls.WG, "EPT": cls.EPT, **cls.constants})
     wg, ept = bench.COPY_VARIANTS[0]
     out["copy.wgsl"] = {"WG": wg, "EPT": ept}
+    out["clip.wgsl"] = {"WG": Optimizer.CLIP_SHAPE[0], "EPT": Optimizer.CLIP_SHAPE[1], "BPW": Optimizer.CLIP_BPW}
     return out
 
 

@@ -30,6 +30,8 @@ class Optimizer:
     WG, EPT = 256, 2     # workgroup size, vec4s per thread; a block is WG*EPT*4 elements
     aux_states = ()      # states the family keeps outside the arenas (Adafactor's factored moments)
     constants: dict = {}  # further WGSL override constants of the family's shader
+    CLIP_SHAPE = (256, 2)  # workgroup size, vec4s per thread of the gradient-norm reduction (same block size)
+    CLIP_BPW = 4           # blocks per workgroup in the reduction
 
     def __init__(self, params, *, device=None, lr_scale=None, clip_grad_norm=None, skip_nonfinite=False, **hyper):
         name = type(self).__name__
@@ -266,7 +268,9 @@ class Optimizer:
 
     def _clip_kernels(self):
         if not hasattr(self, "_clipk"):
-            self._clipk = {e: get_kernel(self.device, "clip.wgsl", e, WG=self.WG, EPT=self.EPT)
+            wg, ept = self.CLIP_SHAPE if self.CLIP_SHAPE[0] * self.CLIP_SHAPE[1] == self.WG * self.EPT \
+                else (self.WG, self.EPT)  # the same block size as the optimizer's block table
+            self._clipk = {e: get_kernel(self.device, "clip.wgsl", e, WG=wg, EPT=ept, BPW=self.CLIP_BPW)
                            for e in ("partial", "total", "scale")}
             self._clip_scratch = self.device.buffer(4 * max(1, self.layout.total_blocks), f"{type(self).__name__}.clip")
             self._clip_binds = [self._clipk["partial"].bind({"hyper": self._hyper, "blocks": self._blocks[c],
@@ -278,7 +282,7 @@ class Optimizer:
     def _encode_clip(self, enc, scale_grads: bool):
         k = self._clip_kernels()
         for c, b in enumerate(self.layout.blocks):
-            k["partial"].dispatch(enc, self._clip_binds[c], len(b))
+            k["partial"].dispatch(enc, self._clip_binds[c], -(-len(b) // self.CLIP_BPW))
         k["total"].dispatch(enc, self._clip_binds[0], 1)
         if scale_grads:
             for c, b in enumerate(self.layout.blocks):
@@ -291,7 +295,7 @@ class Optimizer:
         # only words 2 (kind) and 6 (the flag) matter here; the step's record is rewritten after the check
         self.device.queue.write_buffer(self._hyper, 4 * (REC * len(self._names) + 2), glob[2:3])
         for c, b in enumerate(self.layout.blocks):
-            k["partial"].dispatch(enc, self._clip_binds[c], len(b))
+            k["partial"].dispatch(enc, self._clip_binds[c], -(-len(b) // self.CLIP_BPW))
         k["total"].dispatch(enc, self._clip_binds[0], 1)
 
     def _clip_on_device(self, max_norm, kind, p, scale_grads) -> float:

@@ -13,6 +13,7 @@ const REC: u32 = 16u;
 const ACTIVE: u32 = 1u;
 override WG: u32 = 256u;
 override EPT: u32 = 2u;
+override BPW: u32 = 1u;  // blocks per workgroup in the partial pass (more bytes in flight per thread)
 
 @group(0) @binding(0) var<storage, read_write> hyper: array<u32>;
 @group(0) @binding(1) var<storage, read> blocks: array<vec4<u32>>;
@@ -40,14 +41,17 @@ fn reduce(lid: u32, kind: u32) {
 @compute @workgroup_size(WG)
 fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
-    let b = wid.x + wid.y * nwg.x;
-    if (b >= arrayLength(&blocks)) { return; }
-    let blk = blocks[b];
+    let b0 = (wid.x + wid.y * nwg.x) * BPW;
+    let nb = arrayLength(&blocks);
+    if (b0 >= nb) { return; }
     let kind = hyper[glob() + 2u];
     let p = gf(3u);
-    var counted = hyper[glob() + 4u] != 0u || (hyper[blk.x * REC] & ACTIVE) != 0u;
+    let all = hyper[glob() + 4u] != 0u;
     var acc = 0.0;
-    if (counted) {
+    for (var j = 0u; j < BPW; j++) {
+        if (b0 + j >= nb) { break; }
+        let blk = blocks[b0 + j];
+        if (!all && (hyper[blk.x * REC] & ACTIVE) == 0u) { continue; }
         for (var k = 0u; k < EPT; k++) {
             let i = blk.y + k * WG + lid;
             if (4u * i < blk.z) {
@@ -65,7 +69,8 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     }
     red[lid] = acc;
     reduce(lid, kind);
-    if (lid == 0u) { scratch[blk.w] = red[0]; }
+    // one slot per group of BPW blocks (the first block's); the others stay zero
+    if (lid == 0u) { scratch[blocks[b0].w] = red[0]; }
 }
 
 @compute @workgroup_size(WG)
