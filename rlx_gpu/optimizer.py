@@ -164,9 +164,6 @@ class Optimizer:
         self.device.submit(enc)
 
     def step(self, grads=None) -> None:
-        self._step(grads, inv_scale=1.0, check=self.skip_nonfinite)
-
-    def _step(self, grads, inv_scale: float, check: bool) -> bool:
         """One optimizer step.
 
         ``grads``: dict name -> float32 ndarray or DeviceTensor; a missing name means "no gradient" (that
@@ -174,7 +171,13 @@ class Optimizer:
         device gradient slots ``self.grads``. Everything is checked before any GPU work. With
         ``skip_nonfinite`` a step whose grads hold inf or NaN changes nothing (``last_step_skipped``).
         """
+        self._step(grads, inv_scale=1.0, check=self.skip_nonfinite)
+
+    def _step(self, grads, inv_scale: float, check: bool) -> bool:
+        """The step, with the grads multiplied by ``inv_scale`` in the kernels and, when ``check``, skipped
+        whole if any grad is inf or NaN. Returns whether it stepped (GradScaler uses this)."""
         name = type(self).__name__
+        self.last_step_skipped = False
         for g in self.param_groups:
             self.spec.validate(g)
         n = len(self._names)

@@ -103,6 +103,7 @@ class ReferenceOptimizer:
 
     def _step(self, grads, inv_scale: float, check: bool) -> bool:
         name = type(self).__name__
+        self.last_step_skipped = False
         for g in self.param_groups:
             self.validate(g)
         grads = self.grads if grads is None else check_grads(name, grads, {n: p.shape for n, p in self.params.items()})
