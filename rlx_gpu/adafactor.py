@@ -59,6 +59,7 @@ class Adafactor(Optimizer):
             raise ValueError(f"Adafactor: the factored and unfactored state needs {4 * off} bytes in one buffer, "
                              f"more than the adapter's max storage binding ({self.device.max_storage_binding})")
         self._aux = self.device.buffer(4 * max(off, 1), "Adafactor.aux")
+        self._sqrt_numel = np.sqrt(np.maximum(1, np.array(self.layout.sizes, np.float64)))
         self._scratch = self.device.buffer(4 * (2 * max(1, self.layout.total_blocks) + n), "Adafactor.scratch")
         self._tables, self._counts = self._build_tables()
 
@@ -105,7 +106,7 @@ class Adafactor(Optimizer):
         rec[:, 4] = ref.eps1_of(g)
         rec[:, 5] = g["eps"][1]
         rec[:, 6] = g["d"]
-        rec[:, 11] = np.sqrt([max(1, self.layout.sizes[i]) for i in sel])
+        rec[:, 11] = self._sqrt_numel[sel]
         return (np.where(self._fact[sel], FACTORED, 0) | (DECAY if wd != 0 else 0)).astype(np.uint32)
 
     def _pack(self, words):

@@ -92,6 +92,13 @@ class Layout:
         return out.reshape(shape)
 
 
+    def scatter(self, chunks: list[np.ndarray], t: int, value: np.ndarray) -> None:
+        """Write tensor ``t`` into host copies of the chunks (the inverse of :meth:`gather`)."""
+        flat = np.asarray(value, np.float32).reshape(-1)
+        for (c, off, ln, toff) in self.pieces[t]:
+            chunks[c][off:off + ln] = flat[toff:toff + ln]
+
+
 class Arena:
     """One float32 buffer per chunk of a :class:`Layout`, zero-filled at creation."""
 

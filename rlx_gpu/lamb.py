@@ -20,6 +20,7 @@ class LAMB(Optimizer):
     spec = ref.LAMB
     shader = "lamb.wgsl"
     entries = ("moments", "trust_ratio", "apply")
+    per_tensor = ("trust_ratio",)
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, bias_correction=True,
                  maximize=False, *, device=None, lr_scale=None, clip_grad_norm=None,
@@ -43,11 +44,3 @@ class LAMB(Optimizer):
         rec[:, 7] = g["weight_decay"]
         rec[:, 8] = g["lr"]
         return 0
-
-    def _encode(self, enc):
-        moments, ratio, apply = (self._kernels[e] for e in self.entries)
-        for c, b in enumerate(self.layout.blocks):
-            moments.dispatch(enc, self._bind("moments", c), len(b))
-        ratio.dispatch(enc, self._bind("trust_ratio", 0), len(self._names))
-        for c, b in enumerate(self.layout.blocks):
-            apply.dispatch(enc, self._bind("apply", c), len(b))

@@ -25,6 +25,7 @@ class Mars(Optimizer):
     spec = ref.Mars
     shader = "mars.wgsl"
     entries = ("norms", "scale", "step")
+    per_tensor = ("scale",)
 
     def __init__(self, params, lr=3e-3, betas=(0.95, 0.99), eps=1e-8, weight_decay=0.0, gamma=0.025, lr_1d=3e-3,
                  betas_1d=(0.9, 0.95), weight_decay_1d=0.1, *, device=None, lr_scale=None, clip_grad_norm=None,
@@ -52,11 +53,3 @@ class Mars(Optimizer):
         rec[:, 9] = np.where(mat, -g["lr"], -g["lr_1d"] / bc1)
         rec[:, 10] = np.where(mat, g["weight_decay"], 1 - g["lr_1d"] * g["weight_decay_1d"])
         return np.where(mat, MATRIX, 0).astype(np.uint32)
-
-    def _encode(self, enc):
-        norms, scale, step = (self._kernels[e] for e in self.entries)
-        for c, b in enumerate(self.layout.blocks):
-            norms.dispatch(enc, self._bind("norms", c), len(b))
-        scale.dispatch(enc, self._bind("scale", 0), len(self._names))
-        for c, b in enumerate(self.layout.blocks):
-            step.dispatch(enc, self._bind("step", c), len(b))

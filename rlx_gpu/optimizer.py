@@ -26,7 +26,9 @@ class Optimizer:
 
     spec = None         # the NumPy twin class: defaults, state names, validation
     shader: str = ""    # shaders/<family>.wgsl
-    entries = ("step",)  # kernels run per chunk, in order, each step
+    entries = ("step",)  # the shader's entry points this class compiles
+    passes = None        # those a step runs, in order (default: all entries)
+    per_tensor = ()      # passes dispatched once with a workgroup per tensor (not over every chunk's blocks)
     WG, EPT = 256, 2     # workgroup size, vec4s per thread; a block is WG*EPT*4 elements
     aux_states = ()      # states the family keeps outside the arenas (Adafactor's factored moments)
     constants: dict = {}  # further WGSL override constants of the family's shader
@@ -216,12 +218,10 @@ class Optimizer:
         if check:  # inf/NaN found on the device (bit patterns), decided here before any state changes
             self._encode_check(enc)
             self.device.submit(enc)
-            flag = np.empty(1, np.uint32)
-            self.device.read(self._hyper, 4 * (REC * len(self._names) + 6), 4, out=flag)
-            self.last_step_skipped = bool(flag[0])
+            self.last_step_skipped = bool(self._global_word(6, np.uint32))
             if self.last_step_skipped:
                 return False
-            self.device.queue.write_buffer(self._hyper, 4 * (REC * len(self._names) + 2), np.zeros(1, np.uint32))
+            self._set_global_word(2, np.zeros(1, np.uint32))
             enc = self.device.device.create_command_encoder()
         if self.clip_grad_norm is not None:
             self._encode_clip(enc, scale_grads=False)  # the kernels multiply each grad by the factor
@@ -291,20 +291,22 @@ class Optimizer:
             for c, b in enumerate(self.layout.blocks):
                 k["scale"].dispatch(enc, self._clip_binds[c], len(b))
 
+    def _set_global_word(self, k: int, value: np.ndarray) -> None:
+        self.device.queue.write_buffer(self._hyper, 4 * (REC * len(self._names) + k), value)
+
+    def _global_word(self, k: int, dtype) -> float:
+        out = np.empty(1, dtype)
+        self.device.read(self._hyper, 4 * (REC * len(self._names) + k), 4, out=out)
+        return out[0]
+
     def _encode_check(self, enc):
-        """Set the global record's non-finite flag from this step's grads (the clip kernels, kind 4)."""
-        k = self._clip_kernels()
-        glob = self._global_record(self.clip_grad_norm, 4, 0.0, count_all=False)
-        # only words 2 (kind) and 6 (the flag) matter here; the step's record is rewritten after the check
-        self.device.queue.write_buffer(self._hyper, 4 * (REC * len(self._names) + 2), glob[2:3])
-        for c, b in enumerate(self.layout.blocks):
-            k["partial"].dispatch(enc, self._clip_binds[c], -(-len(b) // self.CLIP_BPW))
-        k["total"].dispatch(enc, self._clip_binds[0], 1)
+        """Set the global record's non-finite flag (word 6) from this step's grads: the clip reduction, kind 4."""
+        self._set_global_word(2, np.array([4], np.uint32))  # the step's own kind is restored after the check
+        self._encode_clip(enc, scale_grads=False)
 
     def _clip_on_device(self, max_norm, kind, p, scale_grads) -> float:
         """The stand-alone rlx_gpu.clip_grad_norm on the device grad slots; returns the total norm."""
-        glob = self._global_record(max_norm, kind, p, count_all=True)
-        self.device.queue.write_buffer(self._hyper, 4 * REC * len(self._names), glob)
+        self._set_global_word(0, self._global_record(max_norm, kind, p, count_all=True))
         enc = self.device.device.create_command_encoder()
         self._encode_clip(enc, scale_grads)
         self.device.submit(enc)
@@ -312,9 +314,7 @@ class Optimizer:
 
     def last_grad_norm(self) -> float:
         """The total gradient norm the last clip computed on the device (reads 4 bytes back)."""
-        out = np.empty(1, np.float32)
-        self.device.read(self._hyper, 4 * (REC * len(self._names) + 5), 4, out=out)
-        return float(out[0])
+        return float(self._global_word(5, np.float32))
 
     def _fill(self, group: dict, t: np.ndarray, fresh: list, rec: np.ndarray, sel: np.ndarray):
         """Fill ``rec[:, 1:14]`` (float64, one row per tensor of ``group`` at steps ``t``); return flags.
@@ -330,9 +330,15 @@ class Optimizer:
         """Write integer words of the records (sizes, offsets) into ``words`` (n x REC uint32); default none."""
 
     def _encode(self, enc) -> None:
-        """Record this step's dispatches: each entry over every chunk's blocks."""
-        for e in self.entries:
-            k = self._kernels[e]
+        """Record this step's dispatches: each pass over every chunk's blocks, or once per tensor."""
+        for e in (self.passes or self.entries):
+            self._dispatch(enc, e)
+
+    def _dispatch(self, enc, e: str) -> None:
+        k = self._kernels[e]
+        if e in self.per_tensor:
+            k.dispatch(enc, self._bind(e, 0), len(self._names))
+        else:
             for c, b in enumerate(self.layout.blocks):
                 k.dispatch(enc, self._bind(e, c), len(b))
 
@@ -396,9 +402,7 @@ class Optimizer:
                                 np.float32)
                 else:
                     continue
-                flat = v.reshape(-1)
-                for (c, off, ln, toff) in self.layout.pieces[t]:
-                    chunks[c][off:off + ln] = flat[toff:toff + ln]
+                self.layout.scatter(chunks, t, v)
             self.device.transfer.upload([(b, 0, h.view(np.uint8)) for b, h in zip(arena.buffers, chunks)])
         for t, n in enumerate(self._names):
             st = state.get(n)

@@ -25,6 +25,7 @@ class SophiaH(Optimizer):
     spec = ref.SophiaH
     shader = "sophia.wgsl"
     entries = ("step", "update_hessian")
+    passes = ("step",)  # update_hessian runs from update_hessian()
 
     def __init__(self, params, lr=1e-4, betas=(0.965, 0.99), rho=0.04, eps=1e-15, weight_decay=0.1, maximize=False,
                  *, device=None, lr_scale=None, clip_grad_norm=None,
@@ -53,11 +54,6 @@ class SophiaH(Optimizer):
         rec[:, 8] = -lr
         return DECAY if wd != 0 else 0
 
-    def _encode(self, enc):
-        k = self._kernels["step"]
-        for c, b in enumerate(self.layout.blocks):
-            k.dispatch(enc, self._bind("step", c), len(b))
-
     def update_hessian(self, estimates: dict) -> None:
         """Fold Hutchinson estimates ``{name: u * (H u)}`` (NumPy arrays or DeviceTensors) into the Hessian
         EMA ``h = b2*h + (1-b2)*estimate``. Step counts do not change."""
@@ -76,9 +72,7 @@ class SophiaH(Optimizer):
         self._pending = {}
         self._write_records(active, self._steps, [set() for _ in self._names])
         enc = self.device.device.create_command_encoder()
-        k = self._kernels["update_hessian"]
-        for c, b in enumerate(self.layout.blocks):
-            k.dispatch(enc, self._bind("update_hessian", c), len(b))
+        self._dispatch(enc, "update_hessian")
         self.device.submit(enc)
         for i, _ in host:
             self._materialized[i].add("hessian")

@@ -30,16 +30,6 @@ override RT: u32 = 128u;  // rows per column job
 @group(0) @binding(5) var<storage, read_write> scratch: array<f32>;
 @group(0) @binding(6) var<storage, read> tables: array<vec4<u32>>;
 
-var<workgroup> red: array<f32, WG>;
-
-fn reduce(lid: u32) {
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        workgroupBarrier();
-        if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
-    }
-    workgroupBarrier();
-}
-
 fn lerp1(a: f32, b: f32, w: f32) -> f32 {
     if (w < 0.5) { return a + w * (b - a); }
     return b - (b - a) * (1.0 - w);

@@ -45,3 +45,15 @@ fn lerp4(a: vec4<f32>, b: vec4<f32>, w: f32) -> vec4<f32> {
     if (w < 0.5) { return a + w * (b - a); }
     return b - (b - a) * (1.0 - w);
 }
+
+// Tree sum of red[0..WG) into red[0], for the per-block and per-tensor reductions (WG is a power of two).
+// Only entry points that use it get the workgroup memory.
+var<workgroup> red: array<f32, WG>;
+
+fn reduce(lid: u32) {
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        workgroupBarrier();
+        if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
+    }
+    workgroupBarrier();
+}

@@ -14,17 +14,17 @@
 @group(0) @binding(6) var<storage, read_write> partials: array<vec2<f32>>;
 @group(0) @binding(7) var<storage, read_write> ratio: array<f32>;
 
-var<workgroup> red: array<vec2<f32>, WG>;
+var<workgroup> red2: array<vec2<f32>, WG>;
 
 fn direction(t: u32, p: vec4<f32>, m: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
     return (m / hf(t, 4u)) / (sqrt(v / hf(t, 5u)) + hf(t, 6u)) + hf(t, 7u) * p;
 }
 
-// Tree sum of red[0..WG) into red[0] (WG is a power of two).
-fn reduce(lid: u32) {
+// Tree sum of red2[0..WG) into red2[0]: both of LAMB's norms at once.
+fn reduce2(lid: u32) {
     for (var s = WG / 2u; s > 0u; s = s / 2u) {
         workgroupBarrier();
-        if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
+        if (lid < s) { red2[lid] = red2[lid] + red2[lid + s]; }
     }
     workgroupBarrier();
 }
@@ -55,9 +55,9 @@ fn moments(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
             acc = acc + vec2<f32>(dot(pm, pm), dot(u, u));
         }
     }
-    red[lid] = acc;
-    reduce(lid);
-    if (lid == 0u) { partials[blk.w] = red[0]; }
+    red2[lid] = acc;
+    reduce2(lid);
+    if (lid == 0u) { partials[blk.w] = red2[0]; }
 }
 
 @compute @workgroup_size(WG)
@@ -69,10 +69,10 @@ fn trust_ratio(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let first = hu(t, 14u); let n = hu(t, 15u);
     var acc = vec2<f32>(0.0);
     for (var j = lid; j < n; j = j + WG) { acc = acc + partials[first + j]; }
-    red[lid] = acc;
-    reduce(lid);
+    red2[lid] = acc;
+    reduce2(lid);
     if (lid == 0u) {
-        let pn = sqrt(red[0].x); let un = sqrt(red[0].y);
+        let pn = sqrt(red2[0].x); let un = sqrt(red2[0].y);
         ratio[t] = select(1.0, pn / un, pn > 0.0 && un > 0.0);
     }
 }

@@ -22,16 +22,6 @@ const MATRIX: u32 = 4u;
 
 fn norm_slot(t: u32) -> u32 { return arrayLength(&scratch) - ntensors() + t; }
 
-var<workgroup> red: array<f32, WG>;
-
-fn reduce(lid: u32) {
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        workgroupBarrier();
-        if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
-    }
-    workgroupBarrier();
-}
-
 @compute @workgroup_size(WG)
 fn norms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
