@@ -41,6 +41,9 @@ OPTIMIZERS = {
     "adafactor": ("Adafactor", {}, 12, ("Adafactor", {"foreach": True})),  # p read+write, g read
     # AdamW with the global-norm clip folded in: one more read of g. torch: clip_grad_norm_(foreach) + fused AdamW.
     "adamw+clip": ("AdamW", {"clip_grad_norm": 1.0}, 32, ("AdamW", {"fused": True, "clip": 1.0})),
+    # AdamW stepped through GradScaler: the inf/NaN check reads g once more, the skip is decided on the device.
+    # torch: GradScaler + fused AdamW (its found_inf goes into the fused kernel; no sync either).
+    "adamw+scaler": ("AdamW", {"scaler": True}, 32, ("AdamW", {"fused": True, "scaler": True})),
 }
 DEFAULT_SETS = "single:67108864,gpt2-124m,gpt2-1.5b"
 # WGSL copy-kernel variants (workgroup size, vec4s per thread) timed for the copy bandwidth.
@@ -172,16 +175,23 @@ def torch_step_ms(torch, shapes, opt_spec, repeats) -> float:
     name, kw = opt_spec
     kw = dict(kw)
     clip = kw.pop("clip", None)
+    scaler = torch.amp.GradScaler("cuda") if kw.pop("scaler", False) else None
     ps = [torch.zeros(s, device="cuda") + 0.01 for _, s in shapes]
     for p in ps:
         p.grad = torch.full_like(p, 1e-3)
     inner = getattr(torch.optim, name)(ps, lr=1e-3, **kw)
+    if scaler is not None:
+        scaler.scale(torch.ones(1, device="cuda"))  # torch's scaler makes its scale tensor here
 
-    class _Opt:  # the step being timed: clip first where the row asks for it
+    class _Opt:  # the step being timed: clip first, or through the scaler, where the row asks for it
         def step(self):
             if clip is not None:
                 torch.nn.utils.clip_grad_norm_(ps, clip, foreach=True)
-            inner.step()
+            if scaler is not None:
+                scaler.step(inner)
+                scaler.update()
+            else:
+                inner.step()
 
     opt = _Opt()
     for _ in range(3):
@@ -331,6 +341,8 @@ def run(args) -> dict:
             done += 1
             cls_name, kw, bytes_per, torch_spec = OPTIMIZERS[oname]
             spec = getattr(rlx_gpu.reference, cls_name)
+            kw = dict(kw)
+            scaler = rlx_gpu.GradScaler() if kw.pop("scaler", False) else None
             nstate = len(spec.state_names({**spec.defaults, **{k: v for k, v in kw.items() if k in spec.defaults}}))
             numel0 = sum(int(np.prod(s)) for _, s in base)
             need = numel0 * 4 * (2 + nstate) * 1.1
@@ -344,10 +356,15 @@ def run(args) -> dict:
             opt = getattr(rlx_gpu, cls_name)(params, lr=1e-3, **kw, device=dev)
             for n, s in shapes:
                 opt.grads[n].write(np.full(s, 1e-3, np.float32))
+            step = opt.step
+            if scaler is not None:
+                def step(opt=opt):
+                    scaler.step(opt)
+                    scaler.update()
             for _ in range(3):
-                opt.step()
-            t, _ = timer.measure(opt.step, 2, 1)
-            t, wall = timer.measure(opt.step, _steps_for(t), args.repeats)
+                step()
+            t, _ = timer.measure(step, 2, 1)
+            t, wall = timer.measure(step, _steps_for(t), args.repeats)
             moved = bytes_per * numel
             row = {"optimizer": oname, "param_set": sname, "numel": numel, "tensors": len(shapes),
                    "scaled": None if scale >= 1 else scale, "ms_per_step": t * 1e3, "wall_ms_per_step": wall * 1e3,
@@ -360,7 +377,8 @@ def run(args) -> dict:
             if torch is not None and torch_spec is not None:
                 row["torch_ms"] = torch_step_ms(torch, shapes, torch_spec, args.repeats)
                 row["torch_impl"] = (("clip_grad_norm_(foreach=True) + " if "clip" in torch_spec[1] else "")
-                                     + f"{torch_spec[0]}({', '.join(f'{k}={v}' for k, v in torch_spec[1].items() if k != 'clip')})")
+                                     + ("GradScaler + " if "scaler" in torch_spec[1] else "")
+                                     + f"{torch_spec[0]}({', '.join(f'{k}={v}' for k, v in torch_spec[1].items() if k not in ('clip', 'scaler'))})")
                 row["ratio_vs_torch"] = row["torch_ms"] / row["ms_per_step"]
             if not args.no_numpy and numel <= args.numpy_max:
                 twin = getattr(rlx_gpu.reference, cls_name)(params, lr=1e-3, **kw)

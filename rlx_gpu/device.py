@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -127,6 +128,7 @@ class Device:
             if self.host_mappable:
                 feats.append("mappable-primary-buffers")
             _device = adapter.request_device_sync(required_features=feats, required_limits=required)
+            _poll_without_blocking(_device)
         self.wgpu = wgpu
         self.device = _device
         self.queue = _device.queue
@@ -216,6 +218,32 @@ class Device:
         self.queue.submit([enc.finish()])
         dst.map_sync("READ", 0, 16)
         dst.unmap()
+
+
+POLL_SLEEP = 1e-4  # seconds between the non-blocking polls of a pending map request
+
+
+def _poll_without_blocking(device) -> None:
+    """Make wgpu-py resolve map requests with non-blocking polls.
+
+    wgpu-py 0.32 resolves them on a thread that calls ``wgpuDevicePoll(wait=True)`` while any is pending. That
+    wait holds the device's fence lock until the GPU is idle, so a ``queue.submit`` or ``write_buffer`` from the
+    main thread stalls until then, and the GPU idles while the host prepares the next step. Checked steps keep a
+    map request pending all the time (the outcome read back a step later), which made AdamW with GradScaler 0.3-1.2
+    ms per step slower on the H200 than the check's own cost (PERF_NOTES.md 20). A poll that never waits, every
+    0.1 ms while a request is pending, keeps the queue fed. Falls back to wgpu-py's own polling if its internals
+    differ."""
+    poller = getattr(device, "_poller", None)
+    func = getattr(poller, "_poll_func", None)
+    if func is None or getattr(func, "_rlx_nonblocking", False):
+        return
+
+    def poll(block, func=func):
+        func(False)
+        if block:
+            time.sleep(POLL_SLEEP)
+    poll._rlx_nonblocking, poll._rlx_original = True, func
+    poller._poll_func = poll
 
 
 _cache: dict = {}

@@ -128,11 +128,42 @@ class Kernel:
         if groups <= 0:
             return
         x, y = grid(groups, self.device.max_workgroups)
-        p = encoder.begin_compute_pass()
+        own = not isinstance(encoder, ComputePass)
+        p = encoder.begin_compute_pass() if own else encoder.compute
         p.set_pipeline(self.pipeline)
         p.set_bind_group(0, bind_group)
-        p.dispatch_workgroups(x, y, 1)
-        p.end()
+        if not own and encoder.gated:
+            p.dispatch_workgroups_indirect(encoder.args_buffer, encoder.add(x, y))
+        else:
+            p.dispatch_workgroups(x, y, 1)
+        if own:
+            p.end()
+
+
+class ComputePass:
+    """One compute pass for a run of :meth:`Kernel.dispatch` calls (a pass per dispatch costs two more API calls
+    each; WebGPU orders the dispatches of a pass and makes each one's storage writes visible to the next).
+
+    While :attr:`gated` is true, dispatches are indirect: their grids go to :attr:`args` (three u32 words each,
+    from byte ``base`` of ``args_buffer``), which the caller writes into the buffer before submitting, and a shader
+    may zero them on the device to cancel the dispatches (``shaders/gate.wgsl``: a step skipped on its inf/NaN
+    check, with no host round trip). Call :meth:`end` before using the encoder for anything else."""
+
+    def __init__(self, encoder, args_buffer=None, base: int = 0, capacity: int = 0):
+        self.compute = encoder.begin_compute_pass()
+        self.args_buffer, self._base, self._cap = args_buffer, base, capacity
+        self.gated = False
+        self.args: list[int] = []
+
+    def add(self, x: int, y: int) -> int:
+        i = len(self.args) // 3
+        if i >= self._cap:
+            raise RuntimeError(f"rlx_gpu: more than {self._cap} gated dispatches in one step")
+        self.args += [x, y, 1]
+        return self._base + 12 * i
+
+    def end(self) -> None:
+        self.compute.end()
 
 
 def grid(groups: int, limit: int) -> tuple[int, int]:

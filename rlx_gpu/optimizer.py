@@ -13,12 +13,32 @@ import numpy as np
 from ._groups import check_grads, check_state_dict, parse_params, resolve_lr_scale, scaled
 from .arena import Arena, DeviceTensor, Layout
 from .device import get_device
-from .kernels import get_kernel
+from .kernels import ComputePass, get_kernel
 
 __all__ = ["Optimizer"]
 
 REC = 16  # words per tensor record in the hyper buffer (see shaders/common.wgsl)
 ACTIVE, MAXIMIZE = 1, 2
+
+
+class Outcome:
+    """Whether a step was skipped on its inf/NaN check, read back from the device only when asked."""
+
+    __slots__ = ("_opt", "_skipped")
+
+    def __init__(self, opt, skipped):
+        self._opt, self._skipped = opt, skipped
+
+    @property
+    def skipped(self) -> bool:
+        if self._skipped is None:
+            self._opt._settle(through=self)
+        return self._skipped
+
+    @property
+    def settled(self) -> bool:
+        """Whether the outcome is known on the host without reading the device."""
+        return self._skipped is not None
 
 
 class Optimizer:
@@ -33,7 +53,9 @@ class Optimizer:
     aux_states = ()      # states the family keeps outside the arenas (Adafactor's factored moments)
     constants: dict = {}  # further WGSL override constants of the family's shader
     CLIP_SHAPE = (256, 2)  # workgroup size, vec4s per thread of the gradient-norm reduction (same block size)
-    CLIP_BPW = 4           # blocks per workgroup in the reduction
+    CLIP_BPW = 4           # blocks per workgroup in the reduction over the block table
+    CLIP_FLAT_WGS = 1024   # workgroups per chunk of the flat reduction (every tensor counted); PERF_NOTES.md 19
+    CLIP_FLAT_U = 8        # vec4 loads per thread per round of the flat reduction
 
     def __init__(self, params, *, device=None, lr_scale=None, clip_grad_norm=None, skip_nonfinite=False, **hyper):
         name = type(self).__name__
@@ -54,7 +76,12 @@ class Optimizer:
         self.clip_grad_norm = clip_grad_norm
         #: Skip a step whose grads hold inf or NaN: params, state and step counts stay bit-identical.
         self.skip_nonfinite = bool(skip_nonfinite)
-        self.last_step_skipped = False
+        self._last_skipped = False
+        # Checked steps whose outcome the host has not read yet (oldest first), and the host state as a tree
+        # keyed by those outcomes (see _step); None when everything is settled.
+        self._unsettled: list = []
+        self._tree = None
+        self._clipk: dict = {}
         self._index = {n: i for i, n in enumerate(self._names)}
         self._shapes = {n: a.shape for n, a in arrays.items()}
         self._group_of = np.array([gi for gi, g in enumerate(self.param_groups) for _ in g["params"]])
@@ -77,7 +104,7 @@ class Optimizer:
         # Scalar states (one float32 per tensor) live on the host; _fill reads and advances them.
         self._scalars = {s: np.array([spec.init_value(s, self.param_groups[g]) for g in self._group_of], np.float32)
                          for s in spec.scalar_states}
-        self._materialized = [set() for _ in self._names]
+        self._materialized = [frozenset() for _ in self._names]  # state names each tensor has (immutable)
         # n tensor records, then one global record (grad multiplier and clipping; shaders/common.wgsl)
         self._hyper = dev.buffer(4 * REC * (len(self._names) + 1), f"{name}.hyper")
         self._blocks = [dev.buffer(b.nbytes, f"{name}.blocks[{c}]", data=b) for c, b in enumerate(self.layout.blocks)]
@@ -100,10 +127,11 @@ class Optimizer:
 
     def _reset_state(self, tensors):
         """Tensors back to step 0 with only their eager state, at its initial value."""
+        self._settle()
         for t in tensors:
             self._steps[t] = 0
             g = self.param_groups[self._group_of[t]]
-            self._materialized[t] = set(self.spec.eager_state)
+            self._materialized[t] = frozenset(self.spec.eager_state)
             for s, v in self._scalars.items():
                 v[t] = self.spec.init_value(s, g)
             for s, arena in self._state.items():
@@ -175,11 +203,25 @@ class Optimizer:
         """
         self._step(grads, inv_scale=1.0, check=self.skip_nonfinite)
 
-    def _step(self, grads, inv_scale: float, check: bool) -> bool:
+    @property
+    def last_step_skipped(self) -> bool:
+        """Whether the last step was skipped on its inf/NaN check (reads the outcome back if still unknown)."""
+        self._settle()
+        return self._last_skipped
+
+    def _step(self, grads, inv_scale, check: bool) -> "Outcome":
         """The step, with the grads multiplied by ``inv_scale`` in the kernels and, when ``check``, skipped
-        whole if any grad is inf or NaN. Returns whether it stepped (GradScaler uses this)."""
+        whole on the device if any grad is inf or NaN, with no host round trip.
+
+        ``inv_scale``: a float, or a pair (if the previous checked step was applied, if it was skipped) for the
+        GradScaler, whose scale depends on an outcome the host has not read yet. Returns the step's
+        :class:`Outcome`.
+
+        A checked step cannot know whether the one before it was applied (the host has not read that back), so
+        its records (step counts, bias corrections, fresh state, loss scale) are written for both cases and a
+        pass on the device picks one (``shaders/gate.wgsl``). The host reads each outcome one step later, when it
+        is long done; at most two steps are unsettled at a time."""
         name = type(self).__name__
-        self.last_step_skipped = False
         for g in self.param_groups:
             self.spec.validate(g)
         n = len(self._names)
@@ -189,55 +231,143 @@ class Optimizer:
             check_grads(name, grads, self._shapes, DeviceTensor, self.device)
             active = np.zeros(n, bool)
             active[[self._index[k] for k in grads]] = True
+        if isinstance(inv_scale, tuple) and not (self._unsettled and check):
+            self._settle()
+            inv_scale = inv_scale[1 if self._last_skipped else 0]
+        self._settle(keep=1 if check else 0)
         enc = self.device.device.create_command_encoder()
         if grads is not None:
-            host = []
-            for k, g in grads.items():
-                i = self._index[k]
-                if isinstance(g, DeviceTensor):
-                    if g._arena is self._grad and g._index == i:
-                        continue
-                    src, dst = g.bindings(), self.grads[k].bindings()
-                    if [b["size"] for b in src] == [b["size"] for b in dst]:
-                        for s, d in zip(src, dst):
-                            enc.copy_buffer_to_buffer(s["buffer"], s["offset"], d["buffer"], d["offset"], s["size"])
-                    else:
-                        host.append((i, g.numpy()))
-                else:
-                    host.append((i, g))
-            self._grad.write_many(host)  # all host grads in one batched upload
-        fresh = [set() for _ in range(n)]
-        for t in np.flatnonzero(active):
-            for s in self.spec.state_names(self.param_groups[self._group_of[t]]):
-                self._ensure(s)
-                if s not in self._materialized[t]:
-                    fresh[t].add(s)
-        steps = self._steps + active
-        self._pending = {s: v.copy() for s, v in self._scalars.items()}
-        self._write_records(active, steps, fresh, inv_scale)
-        if check:  # inf/NaN found on the device (bit patterns), decided here before any state changes
-            self._encode_check(enc)
-            self.device.submit(enc)
-            self.last_step_skipped = bool(self._global_word(6, np.uint32))
-            if self.last_step_skipped:
-                return False
-            self._set_global_word(2, np.zeros(1, np.uint32))
-            enc = self.device.device.create_command_encoder()
+            self._upload_grads(enc, grads)
+        # the host state for each outcome of the unsettled step (one branch when everything is settled)
+        branches = [(False, self._tree[False]), (True, self._tree[True])] if self._unsettled \
+            else [(False, self._snapshot())]
+        inv = inv_scale if isinstance(inv_scale, tuple) else (inv_scale, inv_scale)
+        recs, nexts = [], []
+        need = {}  # state names per group this step
+        for gi in set(self._group_of[active].tolist()):
+            need[gi] = frozenset(self.spec.state_names(self.param_groups[gi]))
+            for st in need[gi]:
+                self._ensure(st)
+        for key, snap in branches:
+            self._restore_snapshot(snap)
+            fresh = [frozenset()] * n
+            mat = list(self._materialized)
+            for t in np.flatnonzero(active):
+                f = need[self._group_of[t]] - mat[t]
+                if f:
+                    fresh[t], mat[t] = f, mat[t] | f
+            steps = self._steps + active
+            self._pending = {k: v.copy() for k, v in self._scalars.items()}
+            recs.append(self._records(active, steps, fresh, inv[1 if key else 0]))
+            scalars = {k: np.where(active, self._pending[k], v) for k, v in self._scalars.items()}
+            nexts.append((steps, scalars, mat, False))
+        all_active = bool(active.all())
+        if not check:
+            self.device.queue.write_buffer(self._hyper, 0, recs[0])
+            cp = ComputePass(enc)
+            if self.clip_grad_norm is not None:
+                self._encode_clip(cp, scale_grads=False, flat=all_active)  # the kernels multiply by the factor
+            self._encode(cp)
+            cp.end()
+            self._submit(enc)
+            self._tree = None
+            self._restore_snapshot(nexts[0])
+            return Outcome(self, False)
+        # choose the records on the device, check, gate every later dispatch on the check
+        gate = self._gate_buffers()
+        self.device.queue.write_buffer(self._cand, 0, np.concatenate([recs[0], recs[-1]]))
+        k = self._gate_kernels
+        cp = ComputePass(enc, gate, 16, self._gate_cap)
+        k["choose"].dispatch(cp, self._gate_bind["choose"], -(-recs[0].size // 256))
+        self._encode_clip(cp, scale_grads=False, flat=all_active, check=True)
+        k["gate_step"].dispatch(cp, self._gate_bind["gate_step"], 1)
+        cp.gated = True
         if self.clip_grad_norm is not None:
-            self._encode_clip(enc, scale_grads=False)  # the kernels multiply each grad by the factor
-        self._encode(enc)
+            self._encode_clip(cp, scale_grads=False, flat=all_active)
+        self._encode(cp)
+        cp.end()
+        self.device.queue.write_buffer(gate, 16, np.array(cp.args, np.uint32))
+        slot = self._slots.pop() if self._slots else self.device.device.create_buffer(
+            size=16, usage=self.device.wgpu.BufferUsage.MAP_READ | self.device.wgpu.BufferUsage.COPY_DST,
+            label=f"{name}.outcome")
+        enc.copy_buffer_to_buffer(gate, 0, slot, 0, 4)
+        self._submit(enc)
+        outcome = Outcome(self, None)
+        # (NOSYNC: wgpu-py would submit an empty command buffer first, which only matters for a buffer never written)
+        self._unsettled.append((slot, slot.map_async("READ_NOSYNC", 0, 4), outcome))
+        # the new tree: keyed by the older unsettled outcome (if any), then by this step's
+        leaf = [{False: nx, True: (sn[0], sn[1], sn[2], True)} for nx, (_, sn) in zip(nexts, branches)]
+        self._tree = {False: leaf[0], True: leaf[1]} if len(branches) == 2 else leaf[0]
+        return outcome
+
+    def _submit(self, enc):
         try:
             self.device.submit(enc)
         except Exception as e:
-            raise RuntimeError(f"rlx_gpu: {name} step ({self.shader}) failed on {self.device.name}: {e}") from e
-        self._steps = steps
-        for s, v in self._pending.items():
-            self._scalars[s][active] = v[active]
-        for t in np.flatnonzero(active):
-            self._materialized[t] |= fresh[t]
-        return True
+            raise RuntimeError(f"rlx_gpu: {type(self).__name__} step ({self.shader}) failed on "
+                               f"{self.device.name}: {e}") from e
 
-    def _write_records(self, active, steps, fresh, inv_scale: float = 1.0):
+    def _upload_grads(self, enc, grads):
+        host = []
+        for k, g in grads.items():
+            i = self._index[k]
+            if isinstance(g, DeviceTensor):
+                if g._arena is self._grad and g._index == i:
+                    continue
+                src, dst = g.bindings(), self.grads[k].bindings()
+                if [b["size"] for b in src] == [b["size"] for b in dst]:
+                    for s, d in zip(src, dst):
+                        enc.copy_buffer_to_buffer(s["buffer"], s["offset"], d["buffer"], d["offset"], s["size"])
+                else:
+                    host.append((i, g.numpy()))
+            else:
+                host.append((i, g))
+        self._grad.write_many(host)  # all host grads in one batched upload
+
+    # -- host bookkeeping of checked steps -------------------------------------------------------------
+    def _snapshot(self):
+        """(step counts, scalar states, materialized state names, last step skipped): the host state."""
+        return (self._steps.copy(), {k: v.copy() for k, v in self._scalars.items()},
+                list(self._materialized), self._last_skipped)
+
+    def _restore_snapshot(self, snap):
+        steps, scalars, mat, skipped = snap
+        self._steps = steps.copy()
+        self._scalars = {k: v.copy() for k, v in scalars.items()}
+        self._materialized = list(mat)
+        self._last_skipped = skipped
+
+    def _settle(self, keep: int = 0, through: "Outcome | None" = None) -> None:
+        """Read back the outcomes of all but the newest ``keep`` unsettled steps (or of those up to
+        ``through``) and fix the host state."""
+        while len(self._unsettled) > keep and not (through is not None and through.settled):
+            slot, promise, outcome = self._unsettled.pop(0)
+            promise.sync_wait()
+            skipped = bool(np.frombuffer(slot.read_mapped(0, 4), np.uint32)[0])
+            slot.unmap()
+            self._slots.append(slot)
+            outcome._skipped = skipped
+            self._tree = self._tree[skipped]
+        if not self._unsettled and self._tree is not None:
+            self._restore_snapshot(self._tree)
+            self._tree = None
+
+    def _gate_buffers(self):
+        if not hasattr(self, "_gate"):
+            u = self.device.wgpu.BufferUsage
+            # the most dispatches a step records: every pass over every chunk, plus the clip passes
+            self._gate_cap = (len(self.entries) + 2) * self.layout.num_chunks + 8
+            self._gate = self.device.buffer(16 + 12 * self._gate_cap, f"{type(self).__name__}.gate",
+                                            usage=u.STORAGE | u.INDIRECT | u.COPY_DST | u.COPY_SRC)
+            self._cand = self.device.buffer(2 * self._hyper.size, f"{type(self).__name__}.records")
+            self._gate_kernels = {e: get_kernel(self.device, "gate.wgsl", e) for e in ("choose", "gate_step")}
+            self._gate_bind = {e: k.bind({"hyper": self._hyper, "cand": self._cand, "gate": self._gate})
+                               for e, k in self._gate_kernels.items()}
+            self._slots = []
+        return self._gate
+
+    def _records(self, active, steps, fresh, inv_scale: float = 1.0) -> np.ndarray:
+        """The hyper buffer's words for this step: n tensor records, then the global record."""
         n = len(self._names)
         vals = np.zeros((n, REC), np.float64)
         flags = np.zeros(n, np.uint32)
@@ -256,7 +386,10 @@ class Optimizer:
         words[:, 15] = self.layout.num_blocks
         self._pack(words)
         glob = self._global_record(self.clip_grad_norm, 0, 2.0, count_all=False, inv_scale=inv_scale)
-        self.device.queue.write_buffer(self._hyper, 0, np.ascontiguousarray(np.concatenate([words, glob[None]])))
+        return np.ascontiguousarray(np.concatenate([words, glob[None]]))
+
+    def _write_records(self, active, steps, fresh, inv_scale: float = 1.0):
+        self.device.queue.write_buffer(self._hyper, 0, self._records(active, steps, fresh, inv_scale))
 
     @staticmethod
     def _global_record(max_norm, kind, p, count_all, inv_scale=1.0) -> np.ndarray:
@@ -269,27 +402,59 @@ class Optimizer:
         g[4] = 1 if count_all else 0
         return g
 
-    def _clip_kernels(self):
-        if not hasattr(self, "_clipk"):
-            wg, ept = self.CLIP_SHAPE if self.CLIP_SHAPE[0] * self.CLIP_SHAPE[1] == self.WG * self.EPT \
-                else (self.WG, self.EPT)  # the same block size as the optimizer's block table
-            self._clipk = {e: get_kernel(self.device, "clip.wgsl", e, WG=wg, EPT=ept, BPW=self.CLIP_BPW)
-                           for e in ("partial", "total", "scale")}
+    def _clip_kernels(self, check: bool = False):
+        """The reduction kernels (``check``: the inf/NaN check's variants); makes the scratch buffers once."""
+        wg, ept = self.CLIP_SHAPE if self.CLIP_SHAPE[0] * self.CLIP_SHAPE[1] == self.WG * self.EPT \
+            else (self.WG, self.EPT)  # the same block size as the optimizer's block table
+        if check not in self._clipk:
+            self._clipk[check] = {e: get_kernel(self.device, "clip.wgsl", e, WG=wg, EPT=ept, BPW=self.CLIP_BPW,
+                                                U=self.CLIP_FLAT_U, CHECK=check)
+                                  for e in ("partial", "flat", "total", "scale")}
+        if not hasattr(self, "_clip_scratch"):
             self._clip_scratch = self.device.buffer(4 * max(1, self.layout.total_blocks), f"{type(self).__name__}.clip")
-            self._clip_binds = [self._clipk["partial"].bind({"hyper": self._hyper, "blocks": self._blocks[c],
-                                                             "grad": self._grad.buffers[c],
-                                                             "scratch": self._clip_scratch})
-                                for c in range(self.layout.num_chunks)]
-        return self._clipk
+            # the flat pass writes one slot per workgroup into its chunk's region (aligned for the binding), in a
+            # buffer of its own: the total sums every slot, so neither pass may see the other's old values
+            al = self.device.alignment // 4
+            self._flat_wgs = [min(self.CLIP_FLAT_WGS, -(-c // (4 * wg * self.CLIP_FLAT_U)))
+                              for c in self.layout.chunk_elems]
+            self._flat_off = np.concatenate([[0], np.cumsum([-(-w // al) * al for w in self._flat_wgs])])
+            self._flat_scratch = self.device.buffer(4 * int(self._flat_off[-1]), f"{type(self).__name__}.clip_flat")
+        return self._clipk[check]
 
-    def _encode_clip(self, enc, scale_grads: bool):
-        k = self._clip_kernels()
+    def _clip_binds(self, check: bool, flat: bool) -> tuple[list, object]:
+        """Bind groups of the partial (or flat) pass per chunk, and of the total pass."""
+        key = ("clip", check, flat)
+        if key not in self._binds:
+            k = self._clip_kernels(check)
+
+            def bind(entry, c, scratch):
+                return k[entry].bind({"hyper": self._hyper, "blocks": self._blocks[c], "grad": self._grad.buffers[c],
+                                      "scratch": scratch})
+            if flat:
+                fs = self._flat_scratch
+                per = [bind("flat", c, (fs, 4 * int(self._flat_off[c]), 4 * self._flat_wgs[c]))
+                       for c in range(self.layout.num_chunks)]
+                self._binds[key] = per, bind("total", 0, fs)
+            else:
+                per = [bind("partial", c, self._clip_scratch) for c in range(self.layout.num_chunks)]
+                self._binds[key] = per, per[0]
+        return self._binds[key]
+
+    def _encode_clip(self, enc, scale_grads: bool, flat: bool = False, check: bool = False):
+        """The norm (or, with ``check``, the inf/NaN flag) into the global record. ``flat`` when every tensor
+        counts: whole chunks are reduced without the block table (padding is zero)."""
+        k = self._clip_kernels(check)
+        per, tot = self._clip_binds(check, flat)
         for c, b in enumerate(self.layout.blocks):
-            k["partial"].dispatch(enc, self._clip_binds[c], -(-len(b) // self.CLIP_BPW))
-        k["total"].dispatch(enc, self._clip_binds[0], 1)
+            if flat:
+                k["flat"].dispatch(enc, per[c], self._flat_wgs[c])
+            else:
+                k["partial"].dispatch(enc, per[c], -(-len(b) // self.CLIP_BPW))
+        k["total"].dispatch(enc, tot, 1)
         if scale_grads:
+            per, _ = self._clip_binds(check, False)
             for c, b in enumerate(self.layout.blocks):
-                k["scale"].dispatch(enc, self._clip_binds[c], len(b))
+                k["scale"].dispatch(enc, per[c], len(b))
 
     def _set_global_word(self, k: int, value: np.ndarray) -> None:
         self.device.queue.write_buffer(self._hyper, 4 * (REC * len(self._names) + k), value)
@@ -299,16 +464,11 @@ class Optimizer:
         self.device.read(self._hyper, 4 * (REC * len(self._names) + k), 4, out=out)
         return out[0]
 
-    def _encode_check(self, enc):
-        """Set the global record's non-finite flag (word 6) from this step's grads: the clip reduction, kind 4."""
-        self._set_global_word(2, np.array([4], np.uint32))  # the step's own kind is restored after the check
-        self._encode_clip(enc, scale_grads=False)
-
     def _clip_on_device(self, max_norm, kind, p, scale_grads) -> float:
         """The stand-alone rlx_gpu.clip_grad_norm on the device grad slots; returns the total norm."""
         self._set_global_word(0, self._global_record(max_norm, kind, p, count_all=True))
         enc = self.device.device.create_command_encoder()
-        self._encode_clip(enc, scale_grads)
+        self._encode_clip(enc, scale_grads, flat=True)
         self.device.submit(enc)
         return self.last_grad_norm()
 
@@ -362,6 +522,7 @@ class Optimizer:
     # -- state dicts -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """``{"state": {name: {"step", <state buffers>}}, "param_groups": [...]}`` with NumPy arrays."""
+        self._settle()
         host = {s: a.read_all() for s, a in self._state.items()}
         state = {}
         for t, n in enumerate(self._names):
@@ -380,6 +541,7 @@ class Optimizer:
     def load_state_dict(self, sd: dict) -> None:
         """Restore a state dict (from this class or its NumPy twin); checked fully before anything changes."""
         name = type(self).__name__
+        self._settle()
         state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes, self.spec.all_state_names,
                                          self.defaults, self.spec.state_shape)
         for h in hypers:
@@ -411,7 +573,7 @@ class Optimizer:
                 v[t] = st[s] if st is not None and s in st else self.spec.init_value(s, g)
             if st is None:
                 self._steps[t] = 0
-                self._materialized[t] = set(self.spec.eager_state)
+                self._materialized[t] = frozenset(self.spec.eager_state)
             else:
                 self._steps[t] = st["step"]
-                self._materialized[t] = {k for k in st if k != "step"}
+                self._materialized[t] = frozenset(k for k in st if k != "step")

@@ -58,6 +58,7 @@ class SophiaH(Optimizer):
         """Fold Hutchinson estimates ``{name: u * (H u)}`` (NumPy arrays or DeviceTensors) into the Hessian
         EMA ``h = b2*h + (1-b2)*estimate``. Step counts do not change."""
         name = type(self).__name__
+        self._settle()  # the records below need settled step counts
         for g in self.param_groups:
             self.spec.validate(g)
         check_grads(name, estimates, self._shapes, DeviceTensor, self.device, call="update_hessian", noun="estimate")
@@ -75,4 +76,4 @@ class SophiaH(Optimizer):
         self._dispatch(enc, "update_hessian")
         self.device.submit(enc)
         for i, _ in host:
-            self._materialized[i].add("hessian")
+            self._materialized[i] = self._materialized[i] | {"hessian"}

@@ -1,5 +1,11 @@
 // Global gradient-norm clipping (torch.nn.utils.clip_grad_norm_ semantics), no host round trip:
-//   partial (blocks):         per-block sum of |g|^2 (norm 2), |g| (1), |g|^p (p), or max |g| (inf)
+//   partial (blocks):         per-block sum of |g|^2 (norm 2), |g| (1), |g|^p (p), or max |g| (inf), over the
+//                             block table (used when only some tensors count: those with a grad this step)
+//   flat (whole chunk):       the same partial sums when every tensor counts: a fixed number of workgroups
+//                             strides over the chunk, U independent vec4 loads per thread per round, one slot
+//                             per workgroup (scratch is bound at this chunk's region). Padding between tensors
+//                             is zero (arenas are zero-filled and only tensor ranges are ever written), so it
+//                             adds nothing to any norm and never looks non-finite.
 //   total   (one workgroup):  total = the norm over every counted tensor; c = min(max_norm/(total + 1e-6), 1);
 //                             writes c into the global record's grad multiplier (word 0) and total into word 5
 //   scale   (blocks):         g *= c  (the stand-alone rlx_gpu.clip_grad_norm; the fused optimizer option
@@ -14,6 +20,8 @@ const ACTIVE: u32 = 1u;
 override WG: u32 = 256u;
 override EPT: u32 = 2u;
 override BPW: u32 = 1u;  // blocks per workgroup in the partial pass (more bytes in flight per thread)
+override CHECK: bool = false;  // the pipelines of the inf/NaN check: kind 4 whatever word 2 says
+override U: u32 = 8u;  // vec4 loads per thread per round of the flat pass
 
 @group(0) @binding(0) var<storage, read_write> hyper: array<u32>;
 @group(0) @binding(1) var<storage, read> blocks: array<vec4<u32>>;
@@ -24,6 +32,8 @@ var<workgroup> red: array<f32, WG>;
 
 fn glob() -> u32 { return (arrayLength(&hyper) / REC - 1u) * REC; }
 fn gf(k: u32) -> f32 { return bitcast<f32>(hyper[glob() + k]); }
+
+fn kind_of() -> u32 { return select(hyper[glob() + 2u], 4u, CHECK); }
 
 fn combine(a: f32, b: f32, kind: u32) -> f32 {
     if (kind == 2u || kind == 4u) { return max(a, b); }
@@ -38,13 +48,26 @@ fn reduce(lid: u32, kind: u32) {
     workgroupBarrier();
 }
 
+// acc combined with |x| of one vec4 for this kind (kind 4: 1 if any lane is inf or NaN)
+fn fold(acc: f32, x: vec4<f32>, kind: u32, p: f32) -> f32 {
+    let a = abs(x);
+    if (kind == 4u) {
+        let bad = (bitcast<vec4<u32>>(a) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u);
+        return select(acc, 1.0, any(bad));
+    }
+    if (kind == 0u) { return acc + dot(a, a); }
+    if (kind == 1u) { return acc + a.x + a.y + a.z + a.w; }
+    if (kind == 2u) { return max(acc, max(max(a.x, a.y), max(a.z, a.w))); }
+    return acc + dot(pow(a, vec4<f32>(p)), vec4<f32>(1.0));
+}
+
 @compute @workgroup_size(WG)
 fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
     let b0 = (wid.x + wid.y * nwg.x) * BPW;
     let nb = arrayLength(&blocks);
     if (b0 >= nb) { return; }
-    let kind = hyper[glob() + 2u];
+    let kind = kind_of();
     let p = gf(3u);
     let all = hyper[glob() + 4u] != 0u;
     var acc = 0.0;
@@ -55,15 +78,8 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
         for (var k = 0u; k < EPT; k++) {
             let i = blk.y + k * WG + lid;
             if (4u * i < blk.z) {
-                let a = abs(select(grad[i], vec4<f32>(0.0), vec4<u32>(4u * i) + vec4<u32>(0u, 1u, 2u, 3u)
-                                   >= vec4<u32>(blk.z)));
-                if (kind == 4u) {
-                    let bad = (bitcast<vec4<u32>>(a) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u);
-                    if (any(bad)) { acc = 1.0; }
-                } else if (kind == 0u) { acc = acc + dot(a, a); }
-                else if (kind == 1u) { acc = acc + a.x + a.y + a.z + a.w; }
-                else if (kind == 2u) { acc = max(acc, max(max(a.x, a.y), max(a.z, a.w))); }
-                else { acc = acc + dot(pow(a, vec4<f32>(p)), vec4<f32>(1.0)); }
+                acc = fold(acc, select(grad[i], vec4<f32>(0.0), vec4<u32>(4u * i) + vec4<u32>(0u, 1u, 2u, 3u)
+                                       >= vec4<u32>(blk.z)), kind, p);
             }
         }
     }
@@ -74,8 +90,28 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 }
 
 @compute @workgroup_size(WG)
+fn flat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let w = wid.x + wid.y * nwg.x;
+    let stride = nwg.x * nwg.y * WG * U;
+    let n = arrayLength(&grad);
+    let kind = kind_of();
+    let p = gf(3u);
+    var acc = 0.0;
+    for (var base = w * WG * U + lid; base < n; base = base + stride) {
+        for (var k = 0u; k < U; k++) {
+            let i = base + k * WG;
+            if (i < n) { acc = fold(acc, grad[i], kind, p); }
+        }
+    }
+    red[lid] = acc;
+    reduce(lid, kind);
+    if (lid == 0u) { scratch[w] = red[0]; }
+}
+
+@compute @workgroup_size(WG)
 fn total(@builtin(local_invocation_index) lid: u32) {
-    let kind = hyper[glob() + 2u];
+    let kind = kind_of();
     var acc = 0.0;
     for (var j = lid; j < arrayLength(&scratch); j = j + WG) { acc = combine(acc, scratch[j], kind); }
     red[lid] = acc;

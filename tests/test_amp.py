@@ -100,3 +100,51 @@ def test_scaler_validation_and_state():
     t.load_state_dict(s.state_dict())
     assert t.get_scale() == 4.0 and t._growth_tracker == 5
     assert rlx_gpu.GradScaler(enabled=False).scale(3.0) == 3.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gpu_cls,twin_cls,opts", [c for c in CASES if c[2] == {}], ids=case_id)
+def test_scaler_never_waits_for_the_device(gpu_cls, twin_cls, opts, device):
+    """Steps queue without reading anything back: each outcome stays unknown on the host until two steps later,
+    while the device picks records and loss scale per outcome. Bad steps first, in a row, after growth, and a
+    stale inf in a tensor without a grad this step (which must not count); then everything equals the twin."""
+    params = make_params([(6, 7), 300, 5], seed=54)
+    gpu, twin = gpu_cls(params, device=device), twin_cls(params)
+    sg = rlx_gpu.GradScaler(init_scale=1024.0, growth_interval=2)
+    st = rlx_gpu.GradScaler(init_scale=1024.0, growth_interval=2)
+    rng = np.random.default_rng(55)
+    bad = {0, 3, 4, 8}
+    for s in range(11):
+        g = {n: v * np.float32(st.get_scale()) for n, v in make_grads(params, rng).items()}  # the twin's scale
+        if s in bad:
+            g["t1"][s] = np.inf if s % 2 else np.nan
+        if s == 9:  # t1's device slot still holds step 8's NaN; t1 has no grad this step
+            g.pop("t1")
+        sg.step(gpu, g)
+        st.step(twin, g)
+        assert len(gpu._unsettled) == min(s + 1, 2) and not gpu._unsettled[-1][2].settled
+        sg.update()
+        st.update()
+    assert sg.get_scale() == st.get_scale() == 512.0
+    assert gpu.last_step_skipped is False
+    assert [int(gpu.state_dict()["state"][n]["step"]) for n in params] == \
+        [int(twin.state_dict()["state"][n]["step"]) for n in params] == [7, 6, 7]
+    assert_same(gpu, twin, f"{gpu_cls.__name__} pipelined scaler")
+
+
+@pytest.mark.gpu
+def test_skip_nonfinite_pipelined_outcomes(device):
+    params = make_params([(5, 3), 70], seed=56)
+    gpu = rlx_gpu.SGD(params, lr=0.1, momentum=0.9, skip_nonfinite=True, device=device)
+    twin = rlx_gpu.reference.SGD(params, lr=0.1, momentum=0.9, skip_nonfinite=True)
+    rng = np.random.default_rng(57)
+    outcomes = []
+    for s in range(6):
+        g = make_grads(params, rng)
+        if s in (0, 1, 4):  # the momentum buffer is seeded by the first step that is applied
+            g["t0"][0, s % 3] = np.inf
+        outcomes.append(gpu._step(g, 1.0, check=True))
+        twin.step(g)
+    assert [o.settled for o in outcomes] == [True] * 4 + [False] * 2
+    assert [o.skipped for o in outcomes] == [True, True, False, False, True, False]
+    assert_same(gpu, twin, "skip_nonfinite pipelined")

@@ -101,3 +101,35 @@ def test_helpers_and_errors():
         rlx_gpu.clip_grad_norm(g, 1.0, norm_type=0)
     with pytest.raises(ValueError, match="max_norm must be a finite number >= 0"):
         rlx_gpu.reference.AdamW({"w": np.zeros(2, np.float32)}, clip_grad_norm=math.nan)
+
+
+@pytest.mark.gpu
+def test_flat_reduction_over_chunks(device):
+    """Arenas chunked at 64 KiB: the flat norm pass (every tensor has a grad) writes one region of slots per
+    chunk; the block-table pass (some tensors without a grad) and the inf/NaN check over chunks as well."""
+    small = device.with_binding_cap(64 * 1024)
+    params = make_params([(300, 100), 5000, (70, 70), 3], seed=9)
+    gpu = rlx_gpu.AdamW(params, clip_grad_norm=0.3, skip_nonfinite=True, device=small)
+    twin = rlx_gpu.reference.AdamW(params, clip_grad_norm=0.3, skip_nonfinite=True)
+    assert gpu.layout.num_chunks >= 3 and len(gpu.layout.pieces[0]) > 1  # t0 is split over chunks
+    rng = np.random.default_rng(10)
+    for s in range(5):
+        g = make_grads(params, rng, drop={"t2"} if s == 1 else ())
+        if s == 3:
+            g["t0"][299, 99] = np.nan  # the last element of a tensor split over chunks
+        gpu.step(g)
+        twin.step(g)
+        assert gpu.last_step_skipped == twin.last_step_skipped == (s == 3)
+        if s != 3:
+            assert gpu.last_grad_norm() == pytest.approx(twin.last_grad_norm(), rel=2e-6)
+    assert_same(gpu, twin, "chunked clip")
+    for norm_type in (2.0, np.inf):  # the stand-alone clip over every chunk (a sum and a max)
+        g = make_grads(params, rng)
+        for n, v in g.items():
+            gpu.grads[n].write(v)
+        host = {n: v.copy() for n, v in g.items()}
+        want = rlx_gpu.clip_grad_norm(host, 0.5, norm_type=norm_type)
+        got = rlx_gpu.clip_grad_norm(gpu, 0.5, norm_type=norm_type)
+        assert got == pytest.approx(want, rel=2e-6)
+        for n in g:
+            np.testing.assert_allclose(gpu.grads[n].numpy(), host[n], rtol=4e-6, atol=1e-9)

@@ -65,8 +65,9 @@ def test_every_shader_compiles(path, device):
     src = kernels.load_source(path.name)
     entries = kernels.entry_points(src)
     assert entries, f"{path.name} has no compute entry point"
+    consts = {k: v for k, v in {"WG": 64, "EPT": 1}.items() if f"override {k}:" in src}  # those it declares
     for e in entries:
-        k = kernels.get_kernel(device, path.name, e, WG=64, EPT=1)
+        k = kernels.get_kernel(device, path.name, e, **consts)
         assert k.pipeline is not None
 
 
