@@ -473,7 +473,8 @@ class Optimizer:
         return self.last_grad_norm()
 
     def last_grad_norm(self) -> float:
-        """The total gradient norm the last clip computed on the device (reads 4 bytes back)."""
+        """The total gradient norm the last clip computed on the device (reads 4 bytes back); NaN after a step
+        skipped on its inf/NaN check."""
         return float(self._global_word(5, np.float32))
 
     def _fill(self, group: dict, t: np.ndarray, fresh: list, rec: np.ndarray, sel: np.ndarray):

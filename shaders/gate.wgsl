@@ -6,7 +6,8 @@
 //   (the check: shaders/clip.wgsl with CHECK, which sets the global record's word 6 when a grad is inf or NaN)
 //   gate (one workgroup): gate[0] = word 6 (the outcome the next step's choose reads), and when it is set,
 //          zero the grids of every dispatch of this step that follows (they are indirect dispatches reading
-//          gate[4..]), so that nothing changes: params, state and step counts stay bit-identical.
+//          gate[4..]), so that nothing changes: params, state and step counts stay bit-identical. A skipped
+//          step's gradient norm (global word 5, read by last_grad_norm) is NaN: no norm was taken.
 // The host reads gate[0] back later (a copy into a small mappable buffer), only to settle its own bookkeeping.
 const REC: u32 = 16u;
 override WG: u32 = 256u;
@@ -28,5 +29,8 @@ fn gate_step(@builtin(local_invocation_index) lid: u32) {
     if (skip != 0u) {
         for (var i = 4u + lid; i < arrayLength(&gate); i = i + WG) { gate[i] = 0u; }
     }
-    if (lid == 0u) { gate[0] = skip; }
+    if (lid == 0u) {
+        gate[0] = skip;
+        if (skip != 0u) { hyper[arrayLength(&hyper) - REC + 5u] = 0x7fc00000u; }
+    }
 }

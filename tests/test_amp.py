@@ -60,6 +60,9 @@ def test_skip_nonfinite_option_and_unscale_with_clip(device):
         assert gpu.last_step_skipped == twin.last_step_skipped == (s == 3)
         if s == 3:
             assert snapshot(gpu) == before
+            assert np.isnan(gpu.last_grad_norm()) and np.isnan(twin.last_grad_norm())  # no norm was taken
+        else:
+            assert gpu.last_grad_norm() == pytest.approx(twin.last_grad_norm(), rel=2e-6)
     assert_same(gpu, twin, "skip_nonfinite + clip")
     # a scaler's unscale composes with the fused clip: the clip sees the unscaled norm
     sg, st = rlx_gpu.GradScaler(init_scale=256.0), rlx_gpu.GradScaler(init_scale=256.0)

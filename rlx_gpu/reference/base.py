@@ -81,7 +81,7 @@ class ReferenceOptimizer:
             g["lr"] = lr
 
     def last_grad_norm(self) -> float:
-        """The total gradient norm the last clipped step computed."""
+        """The total gradient norm the last clipped step computed (NaN after a step skipped on inf/NaN)."""
         return float(self._last_norm)
 
     def read_params(self, names=None, out: dict | None = None) -> dict:
@@ -110,6 +110,7 @@ class ReferenceOptimizer:
         if check:
             self.last_step_skipped = not all(np.isfinite(np.asarray(g)).all() for g in grads.values())
             if self.last_step_skipped:
+                self._last_norm = F32(np.nan)  # no norm taken (the GPU classes report NaN too)
                 return False
         if inv_scale != 1.0:
             grads = {n: np.asarray(g, F32) * F32(inv_scale) for n, g in grads.items()}
