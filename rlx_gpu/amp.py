@@ -12,7 +12,9 @@ multiply each grad by 1/scale (and by the clip factor, if the optimizer clips), 
 
 No step waits for the device: the skip is decided on the device, and the host learns each outcome a step
 later. Until then the scale is one of two values (backed off or not); the next step carries both and the
-device picks (see ``Optimizer._step``). ``get_scale()`` and ``state_dict()`` read the outcomes back.
+device picks (see ``Optimizer._step``). ``get_scale()``, ``scale()`` and ``state_dict()`` read the outcomes back:
+scaling a loss needs the scale as a number, so a loop that calls ``scale(loss)`` every step waits there for the
+previous step to finish (its loss is on the host anyway); ``step`` and ``update`` never wait.
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ class GradScaler:
         self._growth_tracker = 0
         self._enabled = enabled
         self._found = []   # outcomes of the steps since the last update()
-        self._cycles = []  # (outcomes, None) per update() whose rule is not applied yet (oldest first)
+        self._cycles = []  # per update() whose rule is not applied yet (oldest first): that cycle's outcomes
 
     def is_enabled(self) -> bool:
         return self._enabled
@@ -68,7 +70,7 @@ class GradScaler:
             return optimizer.step(grads)
         while len(self._cycles) > 1:  # steps at least two back: long finished, read without waiting
             self._apply(self._cycles.pop(0))
-        last = self._cycles[0][0] if len(self._cycles) == 1 and len(self._cycles[0][0]) == 1 else None
+        last = self._cycles[0] if len(self._cycles) == 1 and len(self._cycles[0]) == 1 else None
         unsettled = getattr(optimizer, "_unsettled", None)
         if last is not None and not last[0].settled and unsettled and unsettled[-1][2] is last[0]:
             # the scale depends on the optimizer's newest step, whose outcome is not read back yet: the step
@@ -90,7 +92,7 @@ class GradScaler:
             self._scale = float(new_scale)
             self._found = []
         elif self._found:
-            self._cycles.append((self._found, None))
+            self._cycles.append(self._found)
             self._found = []
 
     def _rule(self, scale, tracker, found_inf):
@@ -101,8 +103,7 @@ class GradScaler:
             return scale * self._growth_factor, 0
         return scale, tracker
 
-    def _apply(self, cycle):
-        found, _ = cycle
+    def _apply(self, found):
         inf = any(o.skipped for o in found)
         self._scale, self._growth_tracker = self._rule(self._scale, self._growth_tracker, inf)
 
