@@ -10,25 +10,21 @@ compilers may assume floats are finite) before anything changes. When a grad hol
 skipped whole: params, every state buffer and every step count stay bit-identical. Otherwise the kernels
 multiply each grad by 1/scale (and by the clip factor, if the optimizer clips), so grads are never rewritten.
 
-No step waits for the device: the skip is decided on the device, and the host learns each outcome a step
-later. Until then the scale is one of two values (backed off or not); the next step carries both and the
-device picks (see ``Optimizer._step``). ``get_scale()``, ``scale()`` and ``state_dict()`` read the outcomes back:
-scaling a loss needs the scale as a number, so a loop that calls ``scale(loss)`` every step waits there for the
-previous step to finish (its loss is on the host anyway); ``step`` and ``update`` never wait.
+With a GPU optimizer the scaler's state (scale, growth tracker, found-inf flag) lives in a small device buffer,
+as torch keeps it in tensors: the step reads 1/scale there, a skip sets the flag there, and ``update()`` runs
+torch's rule there (``shaders/amp.wgsl``), so neither waits for the GPU. ``get_scale()``, ``scale()`` (for a host
+loss) and ``state_dict()`` read the buffer back, which waits for the work queued before them; backward code on the
+device can bind the scale instead (``scale_binding()``). With the NumPy twins the same rule runs on the host.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 __all__ = ["GradScaler"]
 
-
-class _Known:
-    """The outcome of a NumPy twin's step (known at once)."""
-    settled = True
-
-    def __init__(self, skipped):
-        self.skipped = skipped
+F32 = np.float32
 
 
 class GradScaler:
@@ -44,87 +40,150 @@ class GradScaler:
             raise ValueError(f"growth_interval must be a positive int, got {growth_interval}")
         if not (math.isfinite(init_scale) and init_scale > 0):
             raise ValueError(f"init_scale must be finite and > 0, got {init_scale}")
-        self._scale = float(init_scale)
+        self._scale = F32(init_scale)  # float32, as torch's scale tensor
         self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
         self._growth_interval = growth_interval
         self._growth_tracker = 0
         self._enabled = enabled
-        self._found = []   # outcomes of the steps since the last update()
-        self._cycles = []  # per update() whose rule is not applied yet (oldest first): that cycle's outcomes
+        self._found_inf = False  # host mode: a step since the last update() was skipped
+        self._steps = 0          # steps since the last update()
+        self._dev = None         # device mode: the device holding the state, and the buffer
+        self._buf = None
+        self._pending_update = False  # device mode: an update() not yet dispatched
+        self._bound = False           # scale_binding() was handed out
 
+    # -- where the state lives --------------------------------------------------------------------------
+    def _words(self) -> np.ndarray:
+        w = np.zeros(8, np.uint32)
+        w[0] = F32(self._scale).view(np.uint32)
+        w[1] = self._growth_tracker
+        w[2] = 1 if self._found_inf else 0
+        w[3] = F32(self._growth_factor).view(np.uint32)
+        w[4] = F32(self._backoff_factor).view(np.uint32)
+        w[5] = self._growth_interval
+        return w
+
+    def _attach(self, device):
+        """Move the state to ``device`` (first GPU use); later steps must use the same device."""
+        if self._buf is None:
+            from .kernels import get_kernel
+            self._dev = device
+            self._buf = device.buffer(32, "GradScaler", data=self._words())
+            self._update = get_kernel(device, "amp.wgsl", "update_scale")
+            self._update_bind = self._update.bind({"scaler": self._buf})
+        elif device.device is not self._dev.device:
+            raise ValueError(f"GradScaler: its state lives on {self._dev.name}; cannot step an optimizer on "
+                             f"{device.name}")
+
+    def _encode_update(self, encoder) -> None:
+        """Record the update() still pending (torch's rule on the device) into ``encoder`` (a step's pass)."""
+        if self._pending_update:
+            self._update.dispatch(encoder, self._update_bind, 1)
+            self._pending_update = False
+
+    def _flush(self) -> None:
+        if self._pending_update:
+            enc = self._dev.device.create_command_encoder()
+            self._encode_update(enc)
+            self._dev.submit(enc)
+
+    def _read(self):
+        """Host copies of the state from the device buffer."""
+        if self._buf is not None:
+            self._flush()
+            w = self._dev.read(self._buf, 0, 32).view(np.uint32)
+            self._scale = w[0:1].view(np.float32)[0]
+            self._growth_tracker = int(w[1])
+            self._found_inf = bool(w[2])
+
+    # -- torch's API ----------------------------------------------------------------------------------
     def is_enabled(self) -> bool:
         return self._enabled
 
     def get_scale(self) -> float:
-        """The current scale (1.0 when disabled); reads back the outcomes of steps not yet known on the host."""
-        self._settle_all()
-        return self._scale if self._enabled else 1.0
+        """The current scale (1.0 when disabled); with a GPU optimizer, read back from the device."""
+        if not self._enabled:
+            return 1.0
+        self._read()
+        return float(self._scale)
 
     def scale(self, value):
-        """``value`` (a loss: float or array) multiplied by the current scale."""
+        """``value`` (a loss: float or array) multiplied by the current scale (read back from the device)."""
         return value * self.get_scale() if self._enabled else value
+
+    def scale_binding(self, device=None) -> dict:
+        """The ``{"buffer", "offset", "size"}`` of the current scale (one f32 on the device), for backward code
+        that runs on the device and scales its loss gradient there, so that no step waits for the host.
+        ``device``: where to keep the state if no optimizer has been stepped yet (default: rlx_gpu's device)."""
+        if self._buf is None:
+            from .device import get_device
+            self._attach(get_device(device))
+        self._bound = True  # from now on update() dispatches its kernel at once (one more submit per step)
+        return {"buffer": self._buf, "offset": 0, "size": 4}
 
     def step(self, optimizer, grads=None):
         """Unscale inside the kernels and step, or skip the whole step if any grad is inf or NaN."""
         if not self._enabled:
             return optimizer.step(grads)
-        while len(self._cycles) > 1:  # steps at least two back: long finished, read without waiting
-            self._apply(self._cycles.pop(0))
-        last = self._cycles[0] if len(self._cycles) == 1 and len(self._cycles[0]) == 1 else None
-        unsettled = getattr(optimizer, "_unsettled", None)
-        if last is not None and not last[0].settled and unsettled and unsettled[-1][2] is last[0]:
-            # the scale depends on the optimizer's newest step, whose outcome is not read back yet: the step
-            # carries the unscale factor for both outcomes and the device picks
-            inv = tuple(1.0 / self._rule(self._scale, self._growth_tracker, o)[0] for o in (False, True))
+        from .optimizer import Optimizer
+        if isinstance(optimizer, Optimizer):
+            self._attach(optimizer.device)
+            optimizer._step(grads, 1.0, check=True, scaler=self)
         else:
-            self._settle_all()
-            inv = 1.0 / self._scale
-        out = optimizer._step(grads, inv, check=True)
-        self._found.append(out if not isinstance(out, bool) else _Known(not out))
+            if self._buf is not None:
+                raise ValueError("GradScaler: its state lives on a GPU device; use a separate scaler for twins")
+            if not optimizer._step(grads, float(1.0 / np.float64(self._scale)), check=True):
+                self._found_inf = True
+        self._steps += 1
         return None
 
     def update(self, new_scale=None) -> None:
         """Back off after a skipped step, grow after ``growth_interval`` clean steps (torch's rule)."""
         if not self._enabled:
             return
-        if new_scale is not None:
-            self._settle_all()
-            self._scale = float(new_scale)
-            self._found = []
-        elif self._found:
-            self._cycles.append(self._found)
-            self._found = []
+        if new_scale is not None:  # torch: the scale is set, the growth tracker kept, this cycle's skips dropped
+            self._scale, self._found_inf = F32(new_scale), False
+            self._pending_update = False
+            if self._buf is not None:
+                self._dev.queue.write_buffer(self._buf, 0, np.array([self._scale], np.float32))
+                self._dev.queue.write_buffer(self._buf, 8, np.zeros(1, np.uint32))
+        elif self._steps:
+            if self._buf is not None:
+                self._pending_update = True  # dispatched at the start of the next step, or by _flush
+                if self._bound:
+                    self._flush()  # backward code reads the scale before the next step: update it now
+            else:
+                if self._found_inf:
+                    self._scale, self._growth_tracker = F32(self._scale * F32(self._backoff_factor)), 0
+                else:
+                    self._growth_tracker += 1
+                    if self._growth_tracker == self._growth_interval:
+                        grown = F32(self._scale * F32(self._growth_factor))
+                        if np.isfinite(grown):
+                            self._scale = grown
+                        self._growth_tracker = 0
+                self._found_inf = False
+        self._steps = 0
 
-    def _rule(self, scale, tracker, found_inf):
-        if found_inf:
-            return scale * self._backoff_factor, 0
-        tracker += 1
-        if tracker == self._growth_interval:
-            return scale * self._growth_factor, 0
-        return scale, tracker
-
-    def _apply(self, found):
-        inf = any(o.skipped for o in found)
-        self._scale, self._growth_tracker = self._rule(self._scale, self._growth_tracker, inf)
-
-    def _settle_all(self):
-        """Apply the update rule of every finished cycle, reading back the outcomes it needs."""
-        while self._cycles:
-            self._apply(self._cycles.pop(0))
+    def _write(self):
+        if self._buf is not None:
+            self._dev.queue.write_buffer(self._buf, 0, self._words())
 
     def state_dict(self) -> dict:
         if not self._enabled:
             return {}
-        self._settle_all()
-        return {"scale": self._scale, "growth_factor": self._growth_factor, "backoff_factor": self._backoff_factor,
-                "growth_interval": self._growth_interval, "_growth_tracker": self._growth_tracker}
+        self._read()
+        return {"scale": float(self._scale), "growth_factor": self._growth_factor,
+                "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
+                "_growth_tracker": self._growth_tracker}
 
     def load_state_dict(self, state: dict) -> None:
         if not self._enabled:
             return
-        self._cycles, self._found = [], []
-        self._scale = float(state["scale"])
+        self._scale = F32(state["scale"])
         self._growth_factor = float(state["growth_factor"])
         self._backoff_factor = float(state["backoff_factor"])
         self._growth_interval = int(state["growth_interval"])
         self._growth_tracker = int(state["_growth_tracker"])
+        self._found_inf, self._steps, self._pending_update = False, 0, False
+        self._write()

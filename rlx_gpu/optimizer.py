@@ -209,13 +209,12 @@ class Optimizer:
         self._settle()
         return self._last_skipped
 
-    def _step(self, grads, inv_scale, check: bool) -> "Outcome":
+    def _step(self, grads, inv_scale: float, check: bool, scaler=None) -> "Outcome":
         """The step, with the grads multiplied by ``inv_scale`` in the kernels and, when ``check``, skipped
-        whole on the device if any grad is inf or NaN, with no host round trip.
+        whole on the device if any grad is inf or NaN, with no host round trip. Returns the step's :class:`Outcome`.
 
-        ``inv_scale``: a float, or a pair (if the previous checked step was applied, if it was skipped) for the
-        GradScaler, whose scale depends on an outcome the host has not read yet. Returns the step's
-        :class:`Outcome`.
+        ``scaler``: a GradScaler whose state is on this device (``shaders/amp.wgsl``): its pending update() runs
+        first, the grads are multiplied by 1/scale read on the device, and a skip is recorded there.
 
         A checked step cannot know whether the one before it was applied (the host has not read that back), so
         its records (step counts, bias corrections, fresh state, loss scale) are written for both cases and a
@@ -231,9 +230,8 @@ class Optimizer:
             check_grads(name, grads, self._shapes, DeviceTensor, self.device)
             active = np.zeros(n, bool)
             active[[self._index[k] for k in grads]] = True
-        if isinstance(inv_scale, tuple) and not (self._unsettled and check):
-            self._settle()
-            inv_scale = inv_scale[1 if self._last_skipped else 0]
+        if scaler is not None and not check:
+            raise ValueError("a step with a GradScaler is always checked")
         self._settle(keep=1 if check else 0)
         enc = self.device.device.create_command_encoder()
         if grads is not None:
@@ -241,7 +239,6 @@ class Optimizer:
         # the host state for each outcome of the unsettled step (one branch when everything is settled)
         branches = [(False, self._tree[False]), (True, self._tree[True])] if self._unsettled \
             else [(False, self._snapshot())]
-        inv = inv_scale if isinstance(inv_scale, tuple) else (inv_scale, inv_scale)
         recs, nexts = [], []
         need = {}  # state names per group this step
         for gi in set(self._group_of[active].tolist()):
@@ -258,7 +255,7 @@ class Optimizer:
                     fresh[t], mat[t] = f, mat[t] | f
             steps = self._steps + active
             self._pending = {k: v.copy() for k, v in self._scalars.items()}
-            recs.append(self._records(active, steps, fresh, inv[1 if key else 0]))
+            recs.append(self._records(active, steps, fresh, inv_scale, device_scale=scaler is not None))
             scalars = {k: np.where(active, self._pending[k], v) for k, v in self._scalars.items()}
             nexts.append((steps, scalars, mat, False))
         all_active = bool(active.all())
@@ -276,11 +273,13 @@ class Optimizer:
         # choose the records on the device, check, gate every later dispatch on the check
         gate = self._gate_buffers()
         self.device.queue.write_buffer(self._cand, 0, np.concatenate([recs[0], recs[-1]]))
-        k = self._gate_kernels
+        k, binds = self._gate_kernels, self._gate_binds(scaler)
         cp = ComputePass(enc, gate, 16, self._gate_cap)
-        k["choose"].dispatch(cp, self._gate_bind["choose"], -(-recs[0].size // 256))
+        if scaler is not None:
+            scaler._encode_update(cp)
+        k["choose"].dispatch(cp, binds["choose"], -(-recs[0].size // 256))
         self._encode_clip(cp, scale_grads=False, flat=all_active, check=True)
-        k["gate_step"].dispatch(cp, self._gate_bind["gate_step"], 1)
+        k["gate_step"].dispatch(cp, binds["gate_step"], 1)
         cp.gated = True
         if self.clip_grad_norm is not None:
             self._encode_clip(cp, scale_grads=False, flat=all_active)
@@ -361,12 +360,23 @@ class Optimizer:
                                             usage=u.STORAGE | u.INDIRECT | u.COPY_DST | u.COPY_SRC)
             self._cand = self.device.buffer(2 * self._hyper.size, f"{type(self).__name__}.records")
             self._gate_kernels = {e: get_kernel(self.device, "gate.wgsl", e) for e in ("choose", "gate_step")}
-            self._gate_bind = {e: k.bind({"hyper": self._hyper, "cand": self._cand, "gate": self._gate})
-                               for e, k in self._gate_kernels.items()}
             self._slots = []
         return self._gate
 
-    def _records(self, active, steps, fresh, inv_scale: float = 1.0) -> np.ndarray:
+    def _gate_binds(self, scaler) -> dict:
+        """The gate passes' bind groups for this scaler buffer (a dummy without a scaler)."""
+        scaler = scaler._buf if scaler is not None else None
+        key = ("gate", scaler)  # the buffer itself (kept alive by the key, so no other buffer takes its id)
+        if key not in self._binds:
+            if scaler is None:
+                if "scaler" not in self._dummies:
+                    self._dummies["scaler"] = self.device.buffer(32, "no GradScaler")
+                scaler = self._dummies["scaler"]
+            self._binds[key] = {e: k.bind({"hyper": self._hyper, "cand": self._cand, "gate": self._gate,
+                                           "scaler": scaler}) for e, k in self._gate_kernels.items()}
+        return self._binds[key]
+
+    def _records(self, active, steps, fresh, inv_scale: float = 1.0, device_scale: bool = False) -> np.ndarray:
         """The hyper buffer's words for this step: n tensor records, then the global record."""
         n = len(self._names)
         vals = np.zeros((n, REC), np.float64)
@@ -386,6 +396,7 @@ class Optimizer:
         words[:, 15] = self.layout.num_blocks
         self._pack(words)
         glob = self._global_record(self.clip_grad_norm, 0, 2.0, count_all=False, inv_scale=inv_scale)
+        glob[8] = 1 if device_scale else 0  # the gate's choose pass takes 1/scale from the GradScaler's buffer
         return np.ascontiguousarray(np.concatenate([words, glob[None]]))
 
     def _write_records(self, active, steps, fresh, inv_scale: float = 1.0):

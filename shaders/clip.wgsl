@@ -14,7 +14,8 @@
 //                          u32 bit pattern (exponent all ones), since compilers may assume floats are finite
 // Global record (after the n tensor records): 0 grad multiplier, 1 max_norm, 2 kind (0: 2, 1: 1, 2: inf,
 // 3: p, 4: finite check), 3 p, 4 count every tensor (1) or only those with a grad this step (0), 5 total norm
-// (written here), 6 non-finite found (written here), 7 inv_scale: the loss-scale factor the grads carry
+// (written here), 6 non-finite found (written here), 7 inv_scale: the loss-scale factor the grads carry,
+// 8 inv_scale comes from a GradScaler's buffer (shaders/gate.wgsl)
 const REC: u32 = 16u;
 const ACTIVE: u32 = 1u;
 override WG: u32 = 256u;

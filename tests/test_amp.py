@@ -107,10 +107,14 @@ def test_scaler_validation_and_state():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("gpu_cls,twin_cls,opts", [c for c in CASES if c[2] == {}], ids=case_id)
-def test_scaler_never_waits_for_the_device(gpu_cls, twin_cls, opts, device):
-    """Steps queue without reading anything back: each outcome stays unknown on the host until two steps later,
-    while the device picks records and loss scale per outcome. Bad steps first, in a row, after growth, and a
-    stale inf in a tensor without a grad this step (which must not count); then everything equals the twin."""
+def test_scaler_never_waits_for_the_device(gpu_cls, twin_cls, opts, device, monkeypatch):
+    """Steps and updates queue without reading anything back: each outcome stays unknown on the host until two
+    steps later while the device picks the records, and the scale lives on the device. Bad steps first, in a
+    row, after growth, and a stale inf in a tensor without a grad this step (which must not count); then
+    everything equals the twin."""
+    reads = []
+    real_read = device.read
+    monkeypatch.setattr(device, "read", lambda *a, **k: reads.append(a) or real_read(*a, **k))
     params = make_params([(6, 7), 300, 5], seed=54)
     gpu, twin = gpu_cls(params, device=device), twin_cls(params)
     sg = rlx_gpu.GradScaler(init_scale=1024.0, growth_interval=2)
@@ -128,6 +132,7 @@ def test_scaler_never_waits_for_the_device(gpu_cls, twin_cls, opts, device):
         assert len(gpu._unsettled) == min(s + 1, 2) and not gpu._unsettled[-1][2].settled
         sg.update()
         st.update()
+    assert reads == []  # nothing came back from the device during the loop
     assert sg.get_scale() == st.get_scale() == 512.0
     assert gpu.last_step_skipped is False
     assert [int(gpu.state_dict()["state"][n]["step"]) for n in params] == \
@@ -151,3 +156,76 @@ def test_skip_nonfinite_pipelined_outcomes(device):
     assert [o.settled for o in outcomes] == [True] * 4 + [False] * 2
     assert [o.skipped for o in outcomes] == [True, True, False, False, True, False]
     assert_same(gpu, twin, "skip_nonfinite pipelined")
+
+
+@pytest.mark.gpu
+def test_scaler_shared_by_two_optimizers_and_its_device_scale(device):
+    """torch's rule over a cycle with two optimizers: each skips on its own grads, the scale backs off if either
+    found inf/NaN. The scale is readable on the device (scale_binding) and update(new_scale) sets it."""
+    pa, pb = make_params([(4, 5)], seed=58), {"u": np.linspace(-1, 1, 33, dtype=np.float32)}
+    ga, gb = rlx_gpu.AdamW(pa, device=device), rlx_gpu.SGD(pb, lr=0.1, momentum=0.9, device=device)
+    ta, tb = rlx_gpu.reference.AdamW(pa), rlx_gpu.reference.SGD(pb, lr=0.1, momentum=0.9)
+    sg, st = rlx_gpu.GradScaler(init_scale=64.0, growth_interval=2), rlx_gpu.GradScaler(init_scale=64.0,
+                                                                                        growth_interval=2)
+    rng = np.random.default_rng(59)
+    for s in range(7):
+        scale = np.float32(st.get_scale())
+        a = {n: v * scale for n, v in make_grads(pa, rng).items()}
+        b = {"u": rng.standard_normal(33).astype(np.float32) * scale}
+        if s in (2, 5):
+            b["u"][3] = np.inf
+        for scaler, (oa, ob) in ((sg, (ga, gb)), (st, (ta, tb))):
+            scaler.step(oa, a)
+            scaler.step(ob, b)
+            scaler.update()
+        assert ga.last_step_skipped is False and gb.last_step_skipped == tb.last_step_skipped == (s in (2, 5))
+    assert sg.get_scale() == st.get_scale() == 64.0  # 64 128 64 64 128 64 64
+    assert_same(ga, ta, "AdamW under a shared scaler")
+    assert_same(gb, tb, "SGD under a shared scaler")
+    res = sg.scale_binding()
+    assert res["size"] == 4 and device.read(res["buffer"], 0, 4).view(np.float32)[0] == 64.0
+    sg.update(new_scale=1000.0)
+    assert device.read(res["buffer"], 0, 4).view(np.float32)[0] == 1000.0 and sg.get_scale() == 1000.0
+    assert sg.state_dict()["_growth_tracker"] == st.state_dict()["_growth_tracker"]
+    with pytest.raises(ValueError, match="state lives on a GPU"):
+        sg.step(ta, a)
+
+
+@pytest.mark.gpu
+def test_scale_binding_feeds_backward_code_on_the_device(device):
+    """A user's shader binds the scale (as a backward pass on the device would, to scale its loss gradient) and
+    sees, before each step, the scale that step unscales by: torch's rule applied on the device by update()."""
+    d = device.device
+    src = ("@group(0) @binding(0) var<storage, read> s: array<f32>;\n"
+           "@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n"
+           "@compute @workgroup_size(1) fn main() { out[0] = s[0]; }\n")
+    pipe = d.create_compute_pipeline(layout="auto", compute={"module": d.create_shader_module(code=src),
+                                                             "entry_point": "main"})
+    out = device.buffer(16, "test.out")
+    params = make_params([(3, 4), 10], seed=60)
+    gpu, twin = rlx_gpu.AdamW(params, device=device), rlx_gpu.reference.AdamW(params)
+    sg = rlx_gpu.GradScaler(init_scale=8.0, growth_interval=1)
+    st = rlx_gpu.GradScaler(init_scale=8.0, growth_interval=1)
+    bind = d.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=[
+        {"binding": 0, "resource": sg.scale_binding()}, {"binding": 1, "resource": {"buffer": out}}])
+    rng = np.random.default_rng(61)
+    seen = []
+    for s in range(5):
+        enc = d.create_command_encoder()
+        p = enc.begin_compute_pass()
+        p.set_pipeline(pipe)
+        p.set_bind_group(0, bind)
+        p.dispatch_workgroups(1)
+        p.end()
+        device.submit(enc)
+        seen.append(float(device.read(out, 0, 4).view(np.float32)[0]))
+        g = {n: v * np.float32(st.get_scale()) for n, v in make_grads(params, rng).items()}
+        if s == 2:
+            g["t0"][1, 1] = np.inf
+        sg.step(gpu, g)
+        st.step(twin, g)
+        sg.update()
+        st.update()
+    assert seen == [8.0, 16.0, 32.0, 16.0, 32.0]
+    assert sg.get_scale() == st.get_scale() == 64.0
+    assert_same(gpu, twin, "scaled from the device")
