@@ -23,7 +23,8 @@ import numpy as np
 from . import kernels
 from .device import get_device
 
-# name -> (class name, options, minimum bytes per element, torch optimizer and options or None)
+# name -> (class name, options, minimum bytes per element (or a function of the tensor shape), torch optimizer
+# and options or None)
 OPTIMIZERS = {
     "adamw": ("AdamW", {}, 28, ("AdamW", {"fused": True})),
     "adam": ("Adam", {}, 28, ("Adam", {"fused": True})),
@@ -38,7 +39,8 @@ OPTIMIZERS = {
     "lion": ("Lion", {}, 20, None),
     "sophiah": ("SophiaH", {}, 24, None),          # p, m read+write; g and the Hessian EMA read
     "mars": ("Mars", {}, 36, None),                # p, m, v, g_prev read+write; g read
-    "adafactor": ("Adafactor", {}, 12, ("Adafactor", {"foreach": True})),  # p read+write, g read
+    # p read+write, g read; an unfactored tensor (< 2 dims) also reads and writes its second moment: 20 B
+    "adafactor": ("Adafactor", {}, lambda shape: 12 if len(shape) >= 2 else 20, ("Adafactor", {"foreach": True})),
     # AdamW with the global-norm clip folded in: one more read of g. torch: clip_grad_norm_(foreach) + fused AdamW.
     "adamw+clip": ("AdamW", {"clip_grad_norm": 1.0}, 32, ("AdamW", {"fused": True, "clip": 1.0})),
     # AdamW stepped through GradScaler: the inf/NaN check reads g once more, the skip is decided on the device.
@@ -365,7 +367,7 @@ def run(args) -> dict:
                 step()
             t, _ = timer.measure(step, 2, 1)
             t, wall = timer.measure(step, _steps_for(t), args.repeats)
-            moved = bytes_per * numel
+            moved = sum((bytes_per(s) if callable(bytes_per) else bytes_per) * int(np.prod(s)) for _, s in shapes)
             row = {"optimizer": oname, "param_set": sname, "numel": numel, "tensors": len(shapes),
                    "scaled": None if scale >= 1 else scale, "ms_per_step": t * 1e3, "wall_ms_per_step": wall * 1e3,
                    "bytes_per_step": moved, "gbps": moved / t / 1e9, "copy_gbps": copy_gbps,
