@@ -51,10 +51,16 @@ fn direction(t: u32, e: u32, g: vec4<f32>) -> vec4<f32> {
     var v: vec4<f32>;
     if ((f & FACTORED) != 0u) {
         let m = hu(t, 7u); let n = hu(t, 10u); let B = hu(t, 13u);
+        // row q (of all B*m), column c and batch b of element e; the next lanes step c, wrapping rarely
+        // (one integer division per vec4 instead of three per lane: PERF_NOTES.md 28)
+        var q = e / n;
+        var c = e - q * n;
+        var b = q / m;
         for (var j = 0u; j < 4u; j++) {
-            let q = (e + j) / n; let c = (e + j) % n; let b = q / m;
             let rm = max(aux[A + 2u * B * m + B * n + b], eps1);
             v[j] = aux[A + q] * aux[A + B * m + b * n + c] / rm;
+            c = c + 1u;
+            if (c == n) { c = 0u; q = q + 1u; b = q / m; }
         }
     } else {
         for (var j = 0u; j < 4u; j++) { v[j] = aux[A + e + j]; }
