@@ -96,9 +96,17 @@ fn rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let seg = tables[hdr.x + id];
     if ((hu(seg.x, 0u) & ACTIVE) == 0u) { return; }
     var acc = 0.0;
-    for (var j = lid; j < seg.w; j = j + WG) {
-        let g = gs(seg.z + j);
-        acc = acc + g * g;
+    if (((seg.z | seg.w) & 3u) == 0u) {  // the usual case (rows of a multiple of 4, 16-byte aligned): vec4 loads
+        let s = gscale();
+        for (var j = lid; j < seg.w / 4u; j = j + WG) {
+            let g = grad[seg.z / 4u + j] * s;
+            acc = acc + dot(g, g);
+        }
+    } else {
+        for (var j = lid; j < seg.w; j = j + WG) {
+            let g = gs(seg.z + j);
+            acc = acc + g * g;
+        }
     }
     red[lid] = acc;
     reduce(lid);
