@@ -137,3 +137,20 @@ def restore(opt, path) -> None:
 def _is_twin(cls) -> bool:
     from .reference.base import ReferenceOptimizer
     return issubclass(cls, ReferenceOptimizer)
+
+
+class Checkpointable:
+    """``save``, ``load`` and ``restore`` for both optimizer bases (the GPU classes and the NumPy twins)."""
+
+    def save(self, path) -> None:
+        """Write params, state, steps and hyperparameters to one ``.npz`` file, atomically."""
+        save(self, path)
+
+    @classmethod
+    def load(cls, path, device=None):
+        """A ready optimizer from a checkpoint written by :meth:`save`."""
+        return load(cls, path, device)
+
+    def restore(self, path) -> None:
+        """Load a checkpoint into this optimizer (same class and tensors); nothing changes if it fails."""
+        restore(self, path)

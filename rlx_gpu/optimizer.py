@@ -12,6 +12,7 @@ import numpy as np
 
 from ._groups import check_grads, check_state_dict, parse_params, resolve_lr_scale, scaled
 from .arena import Arena, DeviceTensor, Layout
+from .checkpoint import Checkpointable
 from .device import get_device
 from .kernels import ComputePass, get_kernel
 
@@ -41,8 +42,8 @@ class Outcome:
         return self._skipped is not None
 
 
-class Optimizer:
-    """Base class of the GPU optimizers. Not used directly."""
+class Optimizer(Checkpointable):
+    """Base class of the GPU optimizers. Not used directly. (save, load, restore: :class:`Checkpointable`.)"""
 
     spec = None         # the NumPy twin class: defaults, state names, validation
     shader: str = ""    # shaders/<family>.wgsl
@@ -513,23 +514,6 @@ class Optimizer:
         else:
             for c, b in enumerate(self.layout.blocks):
                 k.dispatch(enc, self._bind(e, c), len(b))
-
-    # -- checkpoints (rlx_gpu.checkpoint) --------------------------------------------------------------
-    def save(self, path) -> None:
-        """Write params, state, steps and hyperparameters to one ``.npz`` file, atomically."""
-        from . import checkpoint
-        checkpoint.save(self, path)
-
-    @classmethod
-    def load(cls, path, device=None):
-        """A ready optimizer from a checkpoint written by :meth:`save`."""
-        from . import checkpoint
-        return checkpoint.load(cls, path, device)
-
-    def restore(self, path) -> None:
-        """Load a checkpoint into this optimizer (same class and tensors); nothing changes if it fails."""
-        from . import checkpoint
-        checkpoint.restore(self, path)
 
     # -- state dicts -----------------------------------------------------------------------------
     def state_dict(self) -> dict:

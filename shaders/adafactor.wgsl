@@ -24,8 +24,6 @@ const FACTORED: u32 = 4u;
 const DECAY: u32 = 16u;
 override RT: u32 = 128u;  // rows per column job
 
-@group(0) @binding(2) var<storage, read_write> param: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> grad: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> aux: array<f32>;
 @group(0) @binding(5) var<storage, read_write> scratch: array<f32>;
 @group(0) @binding(6) var<storage, read> tables: array<vec4<u32>>;
@@ -71,9 +69,8 @@ fn direction(t: u32, e: u32, g: vec4<f32>) -> vec4<f32> {
 @compute @workgroup_size(WG)
 fn stats(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
-    let blk = block_of(wid, nwg);
+    let blk = active_block(wid, nwg);
     if (blk.x == NONE) { return; }
-    if ((hu(blk.x, 0u) & ACTIVE) == 0u) { return; }
     var acc = 0.0;
     for (var k = 0u; k < EPT; k++) {
         let i = blk.y + k * WG + lid;
@@ -177,19 +174,17 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 @compute @workgroup_size(WG)
 fn update_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
-    let blk = block_of(wid, nwg);
+    let blk = active_block(wid, nwg);
     if (blk.x == NONE) { return; }
     let t = blk.x;
     let f = hu(t, 0u);
-    if ((f & ACTIVE) == 0u) { return; }
     let w = hf(t, 2u); let A = hu(t, 9u);
     var acc = 0.0;
     for (var k = 0u; k < EPT; k++) {
         let i = blk.y + k * WG + lid;
         if (4u * i < blk.z) {
             let keep = tail(i, blk.z);
-            var g = grad[i] * gscale();
-            if ((f & MAXIMIZE) != 0u) { g = -g; }
+            var g = grad_of(i, f);
             g = select(g, vec4<f32>(0.0), keep);
             let e = elem0(blk, i);
             if ((f & FACTORED) == 0u) {
@@ -234,11 +229,10 @@ fn ratio(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
 @compute @workgroup_size(WG)
 fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
-    let blk = block_of(wid, nwg);
+    let blk = active_block(wid, nwg);
     if (blk.x == NONE) { return; }
     let t = blk.x;
     let f = hu(t, 0u);
-    if ((f & ACTIVE) == 0u) { return; }
     let nt = ntensors();
     let scale = scratch[(arrayLength(&scratch) - nt) + t];
     let decay = hf(t, 1u);
@@ -247,8 +241,7 @@ fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
         if (4u * i >= blk.z) { break; }
         let keep = tail(i, blk.z);
         let p0 = param[i];
-        var g = grad[i] * gscale();
-        if ((f & MAXIMIZE) != 0u) { g = -g; }
+        var g = grad_of(i, f);
         g = select(g, vec4<f32>(0.0), keep);
         var p = p0;
         if ((f & DECAY) != 0u) { p = p * decay; }

@@ -6,26 +6,22 @@
 
 const L2: u32 = 16u;
 
-@group(0) @binding(2) var<storage, read_write> param: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> grad: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> sum: array<vec4<f32>>;
 
 @compute @workgroup_size(WG)
 fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let blk = block_of(wid, nwg);
+    let blk = active_block(wid, nwg);
     if (blk.x == NONE) { return; }
     let t = blk.x;
     let f = hu(t, 0u);
-    if ((f & ACTIVE) == 0u) { return; }
     let wd = hf(t, 1u); let nclr = hf(t, 2u); let eps = hf(t, 3u);
     for (var k = 0u; k < EPT; k++) {
         let i = blk.y + k * WG + lid;
         if (4u * i >= blk.z) { break; }
         let keep = tail(i, blk.z);
         let p0 = param[i]; let s0 = sum[i];
-        var g = grad[i] * gscale();
-        if ((f & MAXIMIZE) != 0u) { g = -g; }
+        var g = grad_of(i, f);
         if ((f & L2) != 0u) { g = g + wd * p0; }
         let s = s0 + g * g;
         sum[i] = select(s, s0, keep);

@@ -9,6 +9,7 @@
 // gradient norm is clipped inside the step): word 0 f32 multiplier of every grad (1, or the clip factor).
 // Binding 1, `blocks`: one vec4<u32> per block of this chunk: (tensor, first vec4 index in the chunk,
 // end element in the chunk (exclusive), global block index). A block never crosses a tensor.
+// Bindings 2 and 3, `param` and `grad`: this chunk of the params and grads arenas (vec4 views).
 // Each thread handles EPT vec4s of its block, strided by WG so that loads coalesce.
 
 const REC: u32 = 16u;
@@ -20,6 +21,8 @@ override EPT: u32 = 2u;
 
 @group(0) @binding(0) var<storage, read> hyper: array<u32>;
 @group(0) @binding(1) var<storage, read> blocks: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read_write> param: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> grad: array<vec4<f32>>;
 
 fn hf(t: u32, k: u32) -> f32 { return bitcast<f32>(hyper[t * REC + k]); }
 fn ntensors() -> u32 { return arrayLength(&hyper) / REC - 1u; }
@@ -33,6 +36,19 @@ fn block_of(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
     let b = wid.x + wid.y * nwg.x;
     if (b >= arrayLength(&blocks)) { return vec4<u32>(NONE); }
     return blocks[b];
+}
+
+// block_of, but x = NONE also when the block's tensor has no grad this step (nothing to do).
+fn active_block(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
+    let blk = block_of(wid, nwg);
+    if (blk.x == NONE || (hu(blk.x, 0u) & ACTIVE) == 0u) { return vec4<u32>(NONE); }
+    return blk;
+}
+
+// This step's grads at vec4 `i` of a tensor with flags `f`: times the global multiplier, negated to maximize.
+fn grad_of(i: u32, f: u32) -> vec4<f32> {
+    let g = grad[i] * gscale();
+    return select(g, -g, (f & MAXIMIZE) != 0u);
 }
 
 // Lanes of vec4 `i` that lie past `end` (padding after a tensor): true = keep the old value.

@@ -35,15 +35,16 @@ fn choose(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 @compute @workgroup_size(WG)
 fn gate_step(@builtin(local_invocation_index) lid: u32) {
-    let skip = hyper[arrayLength(&hyper) - REC + 6u];
+    let g = arrayLength(&hyper) - REC;  // the global record
+    let skip = hyper[g + 6u];
     if (skip != 0u) {
         for (var i = 4u + lid; i < arrayLength(&gate); i = i + WG) { gate[i] = 0u; }
     }
     if (lid == 0u) {
         gate[0] = skip;
         if (skip != 0u) {
-            hyper[arrayLength(&hyper) - REC + 5u] = 0x7fc00000u;
-            if (hyper[arrayLength(&hyper) - REC + 8u] != 0u) { scaler[2] = 1u; }
+            hyper[g + 5u] = 0x7fc00000u;
+            if (hyper[g + 8u] != 0u) { scaler[2] = 1u; }
         }
     }
 }

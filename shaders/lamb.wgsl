@@ -7,8 +7,6 @@
 //         14 first block, 15 block count
 // #include "common.wgsl"
 
-@group(0) @binding(2) var<storage, read_write> param: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> grad: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> exp_avg: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> exp_avg_sq: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read_write> partials: array<vec2<f32>>;
@@ -32,11 +30,10 @@ fn reduce2(lid: u32) {
 @compute @workgroup_size(WG)
 fn moments(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
-    let blk = block_of(wid, nwg);
+    let blk = active_block(wid, nwg);
     if (blk.x == NONE) { return; }
     let t = blk.x;
     let f = hu(t, 0u);
-    if ((f & ACTIVE) == 0u) { return; }
     let omb1 = hf(t, 1u); let b2 = hf(t, 2u); let omb2 = hf(t, 3u);
     var acc = vec2<f32>(0.0);
     for (var k = 0u; k < EPT; k++) {
@@ -44,8 +41,7 @@ fn moments(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
         if (4u * i < blk.z) {
             let keep = tail(i, blk.z);
             let p = param[i]; let m0 = exp_avg[i]; let v0 = exp_avg_sq[i];
-            var g = grad[i] * gscale();
-            if ((f & MAXIMIZE) != 0u) { g = -g; }
+            var g = grad_of(i, f);
             let m = lerp4(m0, g, omb1);
             let v = v0 * b2 + omb2 * g * g;
             exp_avg[i] = select(m, m0, keep);
@@ -80,10 +76,9 @@ fn trust_ratio(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 @compute @workgroup_size(WG)
 fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
-    let blk = block_of(wid, nwg);
+    let blk = active_block(wid, nwg);
     if (blk.x == NONE) { return; }
     let t = blk.x;
-    if ((hu(t, 0u) & ACTIVE) == 0u) { return; }
     let scale = hf(t, 8u) * ratio[t];
     for (var k = 0u; k < EPT; k++) {
         let i = blk.y + k * WG + lid;

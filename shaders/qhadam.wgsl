@@ -10,19 +10,16 @@ const MIX2: u32 = 8u;
 const DECAY: u32 = 16u;
 const EPS: u32 = 32u;
 
-@group(0) @binding(2) var<storage, read_write> param: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> grad: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> exp_avg: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> exp_avg_sq: array<vec4<f32>>;
 
 @compute @workgroup_size(WG)
 fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let blk = block_of(wid, nwg);
+    let blk = active_block(wid, nwg);
     if (blk.x == NONE) { return; }
     let t = blk.x;
     let f = hu(t, 0u);
-    if ((f & ACTIVE) == 0u) { return; }
     let decay = hf(t, 1u); let b1 = hf(t, 2u); let omb1 = hf(t, 3u); let b2 = hf(t, 4u); let omb2 = hf(t, 5u);
     let nu1 = hf(t, 6u); let omnu1 = hf(t, 7u); let nu2 = hf(t, 8u); let omnu2 = hf(t, 9u);
     let eps = hf(t, 10u); let nlr = hf(t, 11u);

@@ -10,19 +10,16 @@ const RECTIFIED: u32 = 4u;
 const DECOUPLED: u32 = 8u;
 const L2: u32 = 16u;
 
-@group(0) @binding(2) var<storage, read_write> param: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> grad: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> exp_avg: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> exp_avg_sq: array<vec4<f32>>;
 
 @compute @workgroup_size(WG)
 fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let blk = block_of(wid, nwg);
+    let blk = active_block(wid, nwg);
     if (blk.x == NONE) { return; }
     let t = blk.x;
     let f = hu(t, 0u);
-    if ((f & ACTIVE) == 0u) { return; }
     let decay = hf(t, 1u); let wd = hf(t, 2u); let omb1 = hf(t, 3u); let b2 = hf(t, 4u); let omb2 = hf(t, 5u);
     let bc1 = hf(t, 6u); let lr = hf(t, 7u); let bc2s = hf(t, 8u); let eps = hf(t, 9u); let r = hf(t, 10u);
     for (var k = 0u; k < EPT; k++) {
@@ -30,9 +27,8 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (4u * i >= blk.z) { break; }
         let keep = tail(i, blk.z);
         let p0 = param[i]; let m0 = exp_avg[i]; let v0 = exp_avg_sq[i];
-        var g = grad[i] * gscale();
+        var g = grad_of(i, f);
         var p = p0;
-        if ((f & MAXIMIZE) != 0u) { g = -g; }
         if ((f & DECOUPLED) != 0u) { p = p * decay; }
         if ((f & L2) != 0u) { g = g + wd * p; }
         let m = lerp4(m0, g, omb1);

@@ -9,8 +9,6 @@ const CENTERED: u32 = 4u;
 const MOMENTUM: u32 = 8u;
 const L2: u32 = 16u;
 
-@group(0) @binding(2) var<storage, read_write> param: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> grad: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> square_avg: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> momentum_buffer: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read_write> grad_avg: array<vec4<f32>>;
@@ -18,11 +16,10 @@ const L2: u32 = 16u;
 @compute @workgroup_size(WG)
 fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let blk = block_of(wid, nwg);
+    let blk = active_block(wid, nwg);
     if (blk.x == NONE) { return; }
     let t = blk.x;
     let f = hu(t, 0u);
-    if ((f & ACTIVE) == 0u) { return; }
     let wd = hf(t, 1u); let alpha = hf(t, 2u); let oma = hf(t, 3u); let eps = hf(t, 4u);
     let mu = hf(t, 5u); let nlr = hf(t, 6u);
     for (var k = 0u; k < EPT; k++) {
@@ -30,8 +27,7 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (4u * i >= blk.z) { break; }
         let keep = tail(i, blk.z);
         let p0 = param[i]; let s0 = square_avg[i];
-        var g = grad[i] * gscale();
-        if ((f & MAXIMIZE) != 0u) { g = -g; }
+        var g = grad_of(i, f);
         if ((f & L2) != 0u) { g = g + wd * p0; }
         let s = s0 * alpha + oma * g * g;
         square_avg[i] = select(s, s0, keep);

@@ -11,26 +11,22 @@ const NESTEROV: u32 = 8u;
 const L2: u32 = 16u;
 const SEED: u32 = 32u;
 
-@group(0) @binding(2) var<storage, read_write> param: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> grad: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> momentum_buffer: array<vec4<f32>>;
 
 @compute @workgroup_size(WG)
 fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let blk = block_of(wid, nwg);
+    let blk = active_block(wid, nwg);
     if (blk.x == NONE) { return; }
     let t = blk.x;
     let f = hu(t, 0u);
-    if ((f & ACTIVE) == 0u) { return; }
     let wd = hf(t, 1u); let mu = hf(t, 2u); let omd = hf(t, 3u); let nlr = hf(t, 4u);
     for (var k = 0u; k < EPT; k++) {
         let i = blk.y + k * WG + lid;
         if (4u * i >= blk.z) { break; }
         let keep = tail(i, blk.z);
         let p0 = param[i];
-        var g = grad[i] * gscale();
-        if ((f & MAXIMIZE) != 0u) { g = -g; }
+        var g = grad_of(i, f);
         if ((f & L2) != 0u) { g = g + wd * p0; }
         if ((f & MOMENTUM) != 0u) {
             var b = g;

@@ -8,8 +8,6 @@
 
 const DECAY: u32 = 16u;
 
-@group(0) @binding(2) var<storage, read_write> param: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> grad: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> exp_avg: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> hessian: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read> estimate: array<vec4<f32>>;
@@ -17,11 +15,10 @@ const DECAY: u32 = 16u;
 @compute @workgroup_size(WG)
 fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let blk = block_of(wid, nwg);
+    let blk = active_block(wid, nwg);
     if (blk.x == NONE) { return; }
     let t = blk.x;
     let f = hu(t, 0u);
-    if ((f & ACTIVE) == 0u) { return; }
     let decay = hf(t, 1u); let b1 = hf(t, 2u); let omb1 = hf(t, 3u); let rho = hf(t, 6u); let eps = hf(t, 7u);
     let nlr = hf(t, 8u);
     for (var k = 0u; k < EPT; k++) {
@@ -29,8 +26,7 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (4u * i >= blk.z) { break; }
         let keep = tail(i, blk.z);
         let p0 = param[i]; let m0 = exp_avg[i];
-        var g = grad[i] * gscale();
-        if ((f & MAXIMIZE) != 0u) { g = -g; }
+        var g = grad_of(i, f);
         let m = m0 * b1 + omb1 * g;
         var p = p0;
         if ((f & DECAY) != 0u) { p = p * decay; }
@@ -44,10 +40,9 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 @compute @workgroup_size(WG)
 fn update_hessian(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
-    let blk = block_of(wid, nwg);
+    let blk = active_block(wid, nwg);
     if (blk.x == NONE) { return; }
     let t = blk.x;
-    if ((hu(t, 0u) & ACTIVE) == 0u) { return; }
     let b2 = hf(t, 4u); let omb2 = hf(t, 5u);
     for (var k = 0u; k < EPT; k++) {
         let i = blk.y + k * WG + lid;

@@ -11,11 +11,12 @@ import copy
 import numpy as np
 
 from .._groups import check_grads, check_state_dict, parse_params, resolve_lr_scale, scaled, validate_group
+from ..checkpoint import Checkpointable
 
 F32 = np.float32
 
 
-class ReferenceOptimizer:
+class ReferenceOptimizer(Checkpointable):
     #: Hyperparameter names and defaults (a bool default makes a flag, a tuple a pair of betas).
     defaults: dict = {}
     #: Every state buffer name this optimizer can have (torch's names).
@@ -137,23 +138,6 @@ class ReferenceOptimizer:
 
     def _update(self, p: np.ndarray, g: np.ndarray, st: dict, group: dict, fresh: set) -> None:
         raise NotImplementedError
-
-    # -- checkpoints (rlx_gpu.checkpoint) --------------------------------------------------------------
-    def save(self, path) -> None:
-        """Write params, state, steps and hyperparameters to one ``.npz`` file, atomically."""
-        from .. import checkpoint
-        checkpoint.save(self, path)
-
-    @classmethod
-    def load(cls, path, device=None):
-        """A ready optimizer from a checkpoint written by :meth:`save`."""
-        from .. import checkpoint
-        return checkpoint.load(cls, path, device)
-
-    def restore(self, path) -> None:
-        """Load a checkpoint into this optimizer (same class and tensors); nothing changes if it fails."""
-        from .. import checkpoint
-        checkpoint.restore(self, path)
 
     def state_dict(self) -> dict:
         return {"state": copy.deepcopy(self.state),
