@@ -18,6 +18,36 @@ _MESSAGES = {
 # Hyperparameters that may be negative (still finite); their optimizer checks the sign it needs.
 _SIGNED = {"dampening", "beta2_decay"}
 
+#: The largest step count a tensor reaches: counters saturate there instead of wrapping, and a state dict or
+#: checkpoint holding a larger one is refused. 2**53 is the last count float64 (the bias corrections' type)
+#: represents exactly.
+MAX_STEP = 2 ** 53
+
+
+def as_step(value):
+    """``value`` as a step count (int, NumPy integer, integral float, one-element array) or None if it is not one
+    in [0, MAX_STEP]."""
+    if isinstance(value, np.ndarray):
+        if value.size != 1 or value.dtype.kind not in "iuf":
+            return None
+        value = value.reshape(-1)[0].item()
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(value) or not float(value).is_integer():
+            return None
+        value = int(value)
+    if not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_STEP:
+        return None
+    return int(value)
+
+
+def _finite(v) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int past float's range
+        return False
+
 
 def _bad(name: str, value) -> ValueError:
     return ValueError(f"{_MESSAGES.get(name, f'Invalid {name} value')}: {value}")
@@ -36,7 +66,7 @@ def validate_group(owner: str, group: dict, defaults: dict) -> None:
             for i, b in enumerate(v):
                 ok = isinstance(b, Real) and not isinstance(b, bool)
                 if name == "eps":  # Adafactor's (eps1, eps2); eps1 None means the dtype's machine epsilon
-                    if not ((b is None and i == 0) or (ok and math.isfinite(b) and b >= 0.0)):
+                    if not ((b is None and i == 0) or (ok and _finite(b) and b >= 0.0)):
                         raise ValueError(f"Invalid epsilon{i + 1} value: {b}")
                 elif name == "nus":  # QHAdam's interpolation weights: [0, 1]
                     if not (ok and 0.0 <= b <= 1.0):
@@ -46,7 +76,7 @@ def validate_group(owner: str, group: dict, defaults: dict) -> None:
         elif isinstance(default, Real):
             if not isinstance(v, Real) or isinstance(v, bool):
                 raise TypeError(f"{owner}: {name} must be a number, got {v!r}")
-            if not math.isfinite(v) or (name not in _SIGNED and not v >= 0.0):
+            if not _finite(v) or (name not in _SIGNED and not v >= 0.0):
                 raise _bad(name, v)
 
 
@@ -122,48 +152,56 @@ def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tu
                      state_shape=lambda state, shape: tuple(shape)):
     """Validate a state dict fully before anything is loaded; returns (state, new hyperparameters).
 
-    ``state_shape(state, tensor shape)`` gives each state's shape (NAdam's ``mu_product`` is 0-d, Adafactor's
-    ``row_var`` is [..., m, 1])."""
-    if not isinstance(sd, dict) or "state" not in sd or "param_groups" not in sd:
-        raise ValueError(f"{owner}.load_state_dict: expected a dict with 'state' and 'param_groups'")
-    pgs = sd["param_groups"]
+    Every problem is a ``ValueError`` (a wrong value) or ``TypeError`` (a wrong Python type) naming the place;
+    nothing is changed by a call that raises. ``state_shape(state, tensor shape)`` gives each state's shape
+    (NAdam's ``mu_product`` is 0-d, Adafactor's ``row_var`` is [..., m, 1])."""
+    where = f"{owner}.load_state_dict"
+    if not isinstance(sd, dict):
+        raise TypeError(f"{where}: expected a dict with 'state' and 'param_groups', got {type(sd).__name__}")
+    if "state" not in sd or "param_groups" not in sd:
+        raise ValueError(f"{where}: expected a dict with 'state' and 'param_groups'")
+    pgs, raw_state = sd["param_groups"], sd["state"]
+    if not isinstance(pgs, (list, tuple)):
+        raise TypeError(f"{where}: 'param_groups' must be a list of dicts, got {type(pgs).__name__}")
+    if not isinstance(raw_state, dict):
+        raise TypeError(f"{where}: 'state' must be a dict name -> dict, got {type(raw_state).__name__}")
     if len(pgs) != len(groups):
-        raise ValueError(f"{owner}.load_state_dict: state dict has {len(pgs)} param groups, optimizer has {len(groups)}")
+        raise ValueError(f"{where}: state dict has {len(pgs)} param groups, optimizer has {len(groups)}")
     hypers = []
     for i, (pg, g) in enumerate(zip(pgs, groups)):
-        if list(pg.get("params", [])) != list(g["params"]):
-            raise ValueError(f"{owner}.load_state_dict: param group {i} holds {list(pg.get('params', []))}, "
-                             f"optimizer's group {i} holds {g['params']}")
+        if not isinstance(pg, dict):
+            raise TypeError(f"{where}: param group {i} must be a dict, got {type(pg).__name__}")
+        names = pg.get("params", [])
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names) \
+                or list(names) != list(g["params"]):
+            raise ValueError(f"{where}: param group {i} holds {names!r}, optimizer's group {i} holds {g['params']}")
         h = {k: (tuple(pg[k]) if isinstance(pg.get(k), list) else pg.get(k, g[k])) for k in defaults}
         h.update({k: v for k, v in pg.items() if k not in defaults and k != "params"})  # e.g. schedulers' keys
-        validate_group(owner, h, defaults)
+        validate_group(where, h, defaults)
         hypers.append(h)
     state = {}
-    for name, st in sd["state"].items():
+    for name, st in raw_state.items():
         if name not in shapes:
-            raise KeyError(f"{owner}.load_state_dict: state for unknown tensor {name!r}")
+            raise ValueError(f"{where}: state for unknown tensor {name!r}")
         if not isinstance(st, dict) or "step" not in st:
-            raise ValueError(f"{owner}.load_state_dict: state for {name!r} must be a dict with 'step'")
-        step = st["step"]
-        if isinstance(step, np.ndarray) and step.size == 1:
-            step = step.item()
-        if isinstance(step, float) and step.is_integer():
-            step = int(step)
-        if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step < 0:
-            raise ValueError(f"{owner}.load_state_dict: 'step' of {name!r} must be an int >= 0, got {step!r}")
-        out = {"step": int(step)}
+            raise ValueError(f"{where}: state for {name!r} must be a dict with 'step'")
+        step = as_step(st["step"])
+        if step is None:
+            raise ValueError(f"{where}: 'step' of {name!r} must be an int in [0, 2**53], got {st['step']!r}")
+        out = {"step": step}
         for k, v in st.items():
             if k == "step":
                 continue
             if k not in state_names:
-                raise ValueError(f"{owner}.load_state_dict: unknown state {k!r} for {name!r}; "
-                                 f"expected some of {list(state_names)}")
+                raise ValueError(f"{where}: unknown state {k!r} for {name!r}; expected some of {list(state_names)}")
+            if not isinstance(v, (np.ndarray, np.generic, float, int)) or isinstance(v, bool):
+                raise TypeError(f"{where}: {k} of {name!r} must be a float32 array, got {type(v).__name__}")
             a = np.asarray(v)
             if a.dtype != np.float32:
-                raise TypeError(f"{owner}.load_state_dict: {k} of {name!r} has dtype {a.dtype}, expected float32")
+                raise TypeError(f"{where}: {k} of {name!r} has dtype {a.dtype}, expected float32")
             want = tuple(state_shape(k, shapes[name]))
             if a.shape != want:
-                raise ValueError(f"{owner}.load_state_dict: {k} of {name!r} has shape {a.shape}, expected {want}")
+                raise ValueError(f"{where}: {k} of {name!r} has shape {a.shape}, expected {want}")
             out[k] = a
         state[name] = out
     return state, hypers
@@ -184,7 +222,7 @@ def resolve_lr_scale(owner: str, lr_scale, names) -> dict:
         raise TypeError(f"{owner}: lr_scale must be a dict name -> factor or a callable name -> factor, "
                         f"got {type(lr_scale).__name__}")
     for n, v in raw.items():
-        if not isinstance(v, Real) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+        if not isinstance(v, Real) or isinstance(v, bool) or not _finite(v) or v < 0:
             raise ValueError(f"{owner}: lr_scale for {n!r} must be a finite number >= 0, got {v!r}")
     return {n: float(v) for n, v in raw.items()}
 
