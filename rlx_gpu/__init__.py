@@ -10,7 +10,7 @@ from .adam import Adam, AdamW
 from .amp import GradScaler
 from .arena import DeviceTensor
 from .clip import clip_grad_norm, global_grad_clip_scale, l2_norm
-from .device import Device, NoAdapterError, adapters, get_device
+from .device import Device, DeviceLostError, NoAdapterError, adapters, get_device
 from .lamb import LAMB
 from .lion import Lion
 from .mars import Mars
@@ -25,5 +25,5 @@ from .sophia import SophiaH
 __version__ = "0.1.0"
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars", "Adafactor",
            "Optimizer", "DeviceTensor", "clip_grad_norm", "global_grad_clip_scale", "l2_norm",
-           "GradScaler", "Device", "NoAdapterError",
+           "GradScaler", "Device", "DeviceLostError", "NoAdapterError",
            "adapters", "get_device", "reference"]

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from ._sync import locked
 from .optimizer import Optimizer
 from .reference import adafactor as ref
 
@@ -142,6 +143,7 @@ class Adafactor(Optimizer):
         return {"row_var": host[A:A + B * m].reshape(self.spec.state_shape("row_var", shape)),
                 "col_var": host[A + B * m:A + B * m + B * nn].reshape(self.spec.state_shape("col_var", shape))}
 
+    @locked
     def state_dict(self) -> dict:
         sd = super().state_dict()
         host = self.device.read(self._aux, 0, self._aux.size, out=np.empty(self._aux.size // 4, np.float32))
@@ -150,6 +152,7 @@ class Adafactor(Optimizer):
                 sd["state"][n].update({k: v.copy() for k, v in self._aux_views(host, t).items()})
         return sd
 
+    @locked
     def load_state_dict(self, sd: dict) -> None:
         super().load_state_dict(sd)  # validates everything first, then steps and hyperparameters
         host = np.zeros(self._aux.size // 4, np.float32)  # moments from sd; row/column accumulators zero

@@ -19,8 +19,11 @@ device can bind the scale instead (``scale_binding()``). With the NumPy twins th
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
+
+from ._sync import locked
 
 __all__ = ["GradScaler"]
 
@@ -40,6 +43,8 @@ class GradScaler:
             raise ValueError(f"growth_interval must be a positive int, got {growth_interval}")
         if not (math.isfinite(init_scale) and init_scale > 0):
             raise ValueError(f"init_scale must be finite and > 0, got {init_scale}")
+        #: Serialises this scaler's calls (re-entrant); hold it to make step() and update() one unit.
+        self.lock = threading.RLock()
         self._scale = F32(init_scale)  # float32, as torch's scale tensor
         self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
         self._growth_interval = growth_interval
@@ -100,6 +105,7 @@ class GradScaler:
     def is_enabled(self) -> bool:
         return self._enabled
 
+    @locked
     def get_scale(self) -> float:
         """The current scale (1.0 when disabled); with a GPU optimizer, read back from the device."""
         if not self._enabled:
@@ -107,10 +113,12 @@ class GradScaler:
         self._read()
         return float(self._scale)
 
+    @locked
     def scale(self, value):
         """``value`` (a loss: float or array) multiplied by the current scale (read back from the device)."""
         return value * self.get_scale() if self._enabled else value
 
+    @locked
     def scale_binding(self, device=None) -> dict:
         """The ``{"buffer", "offset", "size"}`` of the current scale (one f32 on the device), for backward code
         that runs on the device and scales its loss gradient there, so that no step waits for the host.
@@ -121,6 +129,7 @@ class GradScaler:
         self._bound = True  # from now on update() dispatches its kernel at once (one more submit per step)
         return {"buffer": self._buf, "offset": 0, "size": 4}
 
+    @locked
     def step(self, optimizer, grads=None):
         """Unscale inside the kernels and step, or skip the whole step if any grad is inf or NaN."""
         if not self._enabled:
@@ -137,6 +146,7 @@ class GradScaler:
         self._steps += 1
         return None
 
+    @locked
     def update(self, new_scale=None) -> None:
         """Back off after a skipped step, grow after ``growth_interval`` clean steps (torch's rule)."""
         if not self._enabled:
@@ -169,6 +179,7 @@ class GradScaler:
         if self._buf is not None:
             self._dev.queue.write_buffer(self._buf, 0, self._words())
 
+    @locked
     def state_dict(self) -> dict:
         if not self._enabled:
             return {}
@@ -177,6 +188,7 @@ class GradScaler:
                 "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
                 "_growth_tracker": self._growth_tracker}
 
+    @locked
     def load_state_dict(self, state: dict) -> None:
         if not self._enabled:
             return

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-__all__ = ["Device", "NoAdapterError", "adapters", "get_device"]
+__all__ = ["Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device"]
 
 _INSTALL_HINT = (
     "rlx_gpu needs a WebGPU adapter (Vulkan, Metal or DX12). On a machine without a GPU, install a "
@@ -44,6 +44,15 @@ _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
 
 class NoAdapterError(RuntimeError):
     """Raised when no WebGPU adapter matches (or none exists at all)."""
+
+
+class DeviceLostError(RuntimeError):
+    """Raised when the wgpu device is gone (``destroy()``, a driver reset, a GPU removed). Everything on it is lost:
+    make a new optimizer (from a checkpoint); ``get_device`` gives a fresh device for the same adapter."""
+
+
+# wgpu-native's words for a device that is gone, in the validation errors of calls made on it
+_LOST_WORDS = ("device is lost", "device lost", "parent device is lost", "device is invalid")
 
 
 def _wgpu():
@@ -141,8 +150,10 @@ class Device:
         # Tensor offsets inside arenas: the storage-offset alignment, at least 16 bytes (one vec4).
         self.alignment = max(16, int(self.limits["min-storage-buffer-offset-alignment"]))
         self.max_workgroups = int(self.limits["max-compute-workgroups-per-dimension"])
-        # Shared between views of the same wgpu device (pipelines, tuned kernel parameters).
-        self._shared = _shared if _shared is not None else {"pipelines": {}, "lock": threading.Lock()}
+        # Shared between views of the same wgpu device: pipelines, the staging buffers and the lock that
+        # serialises their use ("io": transfers and read-backs from several threads), whether it is lost.
+        self._shared = _shared if _shared is not None else {"pipelines": {}, "lock": threading.Lock(),
+                                                            "io": threading.RLock(), "lost": None}
         if _shared is None and not self.host_mappable:
             # Staging buffers are made before any arena: on the H200, staging made after large buffers had
             # been freed left every kernel 10-25% slower for the life of the process (PERF_NOTES.md, 11).
@@ -154,6 +165,36 @@ class Device:
     @property
     def name(self) -> str:
         return self.info["name"]
+
+    @property
+    def io_lock(self):
+        """The lock serialising host <-> device transfers on this device (its staging buffers are shared)."""
+        return self._shared["io"]
+
+    @property
+    def lost(self) -> bool:
+        """Whether the device is gone (destroyed, or a call on it failed because it was lost)."""
+        if self._shared["lost"] is None and getattr(self.device, "_poller", True) is None:
+            self._mark_lost("the device was destroyed")
+        return self._shared["lost"] is not None
+
+    def _mark_lost(self, why: str) -> None:
+        if self._shared["lost"] is None:
+            self._shared["lost"] = why
+            _forget(self)
+
+    def ensure_alive(self) -> None:
+        """Raise :class:`DeviceLostError` if the device is gone."""
+        if self.lost:
+            raise DeviceLostError(f"rlx_gpu: the wgpu device on {self.name} is lost ({self._shared['lost']}); its "
+                                  "buffers are gone. Make a new optimizer (e.g. Optimizer.load from a checkpoint): "
+                                  "get_device() now returns a fresh device")
+
+    def _failed(self, e: Exception) -> None:
+        """Turn an error of a call on a lost device into DeviceLostError (otherwise return)."""
+        if any(w in str(e).lower() for w in _LOST_WORDS):
+            self._mark_lost(str(e).strip().splitlines()[-1])
+            self.ensure_alive()
 
     def with_binding_cap(self, max_storage_binding: int) -> "Device":
         """A view of this device whose arenas are chunked at ``max_storage_binding`` bytes."""
@@ -171,9 +212,11 @@ class Device:
         if mappable and self.host_mappable:
             usage |= u.MAP_READ | u.MAP_WRITE
         size = max(16, -(-int(size) // 16) * 16)
+        self.ensure_alive()
         try:
             buf = self.device.create_buffer(size=size, usage=usage, label=label)
         except Exception as e:
+            self._failed(e)
             raise MemoryError(f"rlx_gpu: could not allocate {size} bytes for {label!r} on {self.name}: {e}") from e
         if data is not None and data.nbytes:
             self.queue.write_buffer(buf, 0, np.ascontiguousarray(data))
@@ -197,11 +240,16 @@ class Device:
         flat = dest.reshape(-1).view(np.uint8)
         if flat.nbytes != size:
             raise ValueError(f"read: out holds {flat.nbytes} bytes, expected {size}")
-        self.transfer.download([(buf, offset, flat)])
+        self.transfer.download([(buf, offset, flat)])  # (takes the io lock)
         return dest
 
     def submit(self, encoder):
-        self.queue.submit([encoder.finish()])
+        self.ensure_alive()
+        try:
+            self.queue.submit([encoder.finish()])
+        except Exception as e:
+            self._failed(e)
+            raise
 
     def sync(self):
         """Wait until the GPU has finished all submitted work.
@@ -209,6 +257,11 @@ class Device:
         (wgpu-py 0.32's ``on_submitted_work_done_sync`` fails with its bundled wgpu-native, so this maps a
         4-byte buffer after a copy queued behind everything else: the map completes when the queue is idle.)"""
         u = self.wgpu.BufferUsage
+        self.ensure_alive()
+        with self.io_lock:
+            self._sync(u)
+
+    def _sync(self, u):
         if "fence" not in self._shared:
             self._shared["fence"] = (self.device.create_buffer(size=16, usage=u.COPY_SRC | u.COPY_DST, label="fence"),
                                      self.device.create_buffer(size=16, usage=u.MAP_READ | u.COPY_DST, label="fence"))
@@ -247,7 +300,14 @@ def _poll_without_blocking(device) -> None:
 
 
 _cache: dict = {}
-_cache_lock = threading.Lock()
+_cache_lock = threading.RLock()
+
+
+def _forget(dev: Device) -> None:
+    """Drop a lost device from the cache, so that the next get_device() makes a fresh one."""
+    with _cache_lock:
+        for k in [k for k, d in _cache.items() if d.device is dev.device]:
+            del _cache[k]
 
 
 def get_device(selector: "str | Device | None" = None) -> Device:
@@ -261,6 +321,8 @@ def get_device(selector: "str | Device | None" = None) -> Device:
     key = (selector or "").strip().lower()
     with _cache_lock:
         dev = _cache.get(key)
+        if dev is not None and dev.lost:  # (lost marks it and drops it from the cache)
+            dev = None
         if dev is None:
             adapter = _select(selector)
             # One wgpu device per adapter, whichever selector reached it.

@@ -7,10 +7,12 @@ its kernel reads from the ``hyper`` buffer (layout in ``shaders/common.wgsl``).
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
-from ._groups import check_grads, check_state_dict, parse_params, resolve_lr_scale, scaled
+from ._groups import MAX_STEP, check_grads, check_state_dict, parse_params, resolve_lr_scale, scaled
+from ._sync import locked
 from .arena import Arena, DeviceTensor, Layout
 from .checkpoint import Checkpointable
 from .device import get_device
@@ -61,6 +63,8 @@ class Optimizer(Checkpointable):
     def __init__(self, params, *, device=None, lr_scale=None, clip_grad_norm=None, skip_nonfinite=False, **hyper):
         name = type(self).__name__
         spec = self.spec
+        #: Serialises this optimizer's calls (re-entrant); hold it to make several calls atomic.
+        self.lock = threading.RLock()
         self.defaults = {**spec.defaults, **hyper}
         self.param_groups, arrays = parse_params(name, params, self.defaults)
         for g in self.param_groups:
@@ -78,6 +82,7 @@ class Optimizer(Checkpointable):
         #: Skip a step whose grads hold inf or NaN: params, state and step counts stay bit-identical.
         self.skip_nonfinite = bool(skip_nonfinite)
         self._last_skipped = False
+        self._norm_taken = False  # whether the last step (or stand-alone clip) computed a gradient norm
         # Checked steps whose outcome the host has not read yet (oldest first), and the host state as a tree
         # keyed by those outcomes (see _step); None when everything is settled.
         self._unsettled: list = []
@@ -161,6 +166,7 @@ class Optimizer(Checkpointable):
         return self._binds[key]
 
     # -- the step --------------------------------------------------------------------------------
+    @locked
     def read_params(self, names=None, out: dict | None = None) -> dict:
         """Host copies of the parameters (all, or ``names``), read back in one batched transfer.
 
@@ -188,12 +194,28 @@ class Optimizer(Checkpointable):
         for g in self.param_groups:
             g["lr"] = lr
 
+    @locked
+    def set_lr_scale(self, lr_scale) -> None:
+        """Replace the per-tensor lr factors (``lr_scale=``: dict name -> factor, missing names 1, or a callable
+        name -> factor); checked before anything changes, effective at the next step."""
+        scale = resolve_lr_scale(type(self).__name__, lr_scale, self._names)
+        self.lr_scale, self._scale = scale, np.array([scale[n] for n in self._names], np.float64)
+
+    @locked
+    def write_params(self, params: dict) -> None:
+        """Upload several parameters (dict name -> float32 array of the tensor's shape) in one transfer; checked
+        before anything changes (``opt.params[name].write(array)`` writes one)."""
+        check_grads(type(self).__name__, params, self._shapes, call="write_params", noun="param")
+        self._param.write_many([(self._index[n], a) for n, a in params.items()])
+
+    @locked
     def zero_grad(self) -> None:
         """Zero the device gradient slots."""
         enc = self.device.device.create_command_encoder()
         self._grad.clear(enc)
         self.device.submit(enc)
 
+    @locked
     def step(self, grads=None) -> None:
         """One optimizer step.
 
@@ -205,11 +227,13 @@ class Optimizer(Checkpointable):
         self._step(grads, inv_scale=1.0, check=self.skip_nonfinite)
 
     @property
+    @locked
     def last_step_skipped(self) -> bool:
         """Whether the last step was skipped on its inf/NaN check (reads the outcome back if still unknown)."""
         self._settle()
         return self._last_skipped
 
+    @locked
     def _step(self, grads, inv_scale: float, check: bool, scaler=None) -> "Outcome":
         """The step, with the grads multiplied by ``inv_scale`` in the kernels and, when ``check``, skipped
         whole on the device if any grad is inf or NaN, with no host round trip. Returns the step's :class:`Outcome`.
@@ -234,6 +258,17 @@ class Optimizer(Checkpointable):
         if scaler is not None and not check:
             raise ValueError("a step with a GradScaler is always checked")
         self._settle(keep=1 if check else 0)
+        # an update() the scaler has pending is recorded into this step: if the step fails, it stays pending
+        pending = scaler is not None and scaler._pending_update
+        try:
+            return self._encode_step(grads, active, inv_scale, check, scaler)
+        except BaseException:
+            if pending:
+                scaler._pending_update = True
+            raise
+
+    def _encode_step(self, grads, active, inv_scale, check, scaler) -> "Outcome":
+        name, n = type(self).__name__, len(self._names)
         enc = self.device.device.create_command_encoder()
         if grads is not None:
             self._upload_grads(enc, grads)
@@ -254,7 +289,7 @@ class Optimizer(Checkpointable):
                 f = need[self._group_of[t]] - mat[t]
                 if f:
                     fresh[t], mat[t] = f, mat[t] | f
-            steps = self._steps + active
+            steps = np.minimum(self._steps + active, MAX_STEP)  # counters saturate, never wrap
             self._pending = {k: v.copy() for k, v in self._scalars.items()}
             recs.append(self._records(active, steps, fresh, inv_scale, device_scale=scaler is not None))
             scalars = {k: np.where(active, self._pending[k], v) for k, v in self._scalars.items()}
@@ -270,6 +305,7 @@ class Optimizer(Checkpointable):
             self._submit(enc)
             self._tree = None
             self._restore_snapshot(nexts[0])
+            self._norm_taken = self.clip_grad_norm is not None
             return Outcome(self, False)
         # choose the records on the device, check, gate every later dispatch on the check
         gate = self._gate_buffers()
@@ -292,6 +328,7 @@ class Optimizer(Checkpointable):
             label=f"{name}.outcome")
         enc.copy_buffer_to_buffer(gate, 0, slot, 0, 4)
         self._submit(enc)
+        self._norm_taken = self.clip_grad_norm is not None
         outcome = Outcome(self, None)
         # (NOSYNC: wgpu-py would submit an empty command buffer first, which only matters for a buffer never written)
         self._unsettled.append((slot, slot.map_async("READ_NOSYNC", 0, 4), outcome))
@@ -308,21 +345,36 @@ class Optimizer(Checkpointable):
                                f"{self.device.name}: {e}") from e
 
     def _upload_grads(self, enc, grads):
-        host = []
+        """Host grads in one batched upload now; DeviceTensor grads as copies recorded into ``enc``. A grad that
+        is another slot of this optimizer's grads is read as it was before this call (into a staging buffer
+        first: a buffer cannot be copied onto itself, and the uploads below may overwrite that slot)."""
+        host, copies, staged = [], [], []
         for k, g in grads.items():
             i = self._index[k]
             if isinstance(g, DeviceTensor):
                 if g._arena is self._grad and g._index == i:
                     continue
                 src, dst = g.bindings(), self.grads[k].bindings()
-                if [b["size"] for b in src] == [b["size"] for b in dst]:
-                    for s, d in zip(src, dst):
-                        enc.copy_buffer_to_buffer(s["buffer"], s["offset"], d["buffer"], d["offset"], s["size"])
-                else:
+                if [b["size"] for b in src] != [b["size"] for b in dst]:  # chunked differently
                     host.append((i, g.numpy()))
-            else:
-                host.append((i, g))
+                elif g._arena is self._grad:
+                    staged += zip(src, dst)
+                else:
+                    copies += zip(src, dst)
+        for k, g in grads.items():
+            if not isinstance(g, DeviceTensor):
+                host.append((self._index[k], g))
+        if staged:
+            tmp = self.device.buffer(sum(s["size"] for s, _ in staged), f"{type(self).__name__}.grad staging")
+            pre, off = self.device.device.create_command_encoder(), 0
+            for s, d in staged:
+                pre.copy_buffer_to_buffer(s["buffer"], s["offset"], tmp, off, s["size"])
+                copies.append(({"buffer": tmp, "offset": off, "size": s["size"]}, d))
+                off += s["size"]
+            self.device.submit(pre)
         self._grad.write_many(host)  # all host grads in one batched upload
+        for s, d in copies:
+            enc.copy_buffer_to_buffer(s["buffer"], s["offset"], d["buffer"], d["offset"], s["size"])
 
     # -- host bookkeeping of checked steps -------------------------------------------------------------
     def _snapshot(self):
@@ -476,17 +528,23 @@ class Optimizer(Checkpointable):
         self.device.read(self._hyper, 4 * (REC * len(self._names) + k), 4, out=out)
         return out[0]
 
+    @locked
     def _clip_on_device(self, max_norm, kind, p, scale_grads) -> float:
         """The stand-alone rlx_gpu.clip_grad_norm on the device grad slots; returns the total norm."""
         self._set_global_word(0, self._global_record(max_norm, kind, p, count_all=True))
         enc = self.device.device.create_command_encoder()
         self._encode_clip(enc, scale_grads, flat=True)
         self.device.submit(enc)
+        self._norm_taken = True
         return self.last_grad_norm()
 
-    def last_grad_norm(self) -> float:
-        """The total gradient norm the last clip computed on the device (reads 4 bytes back); NaN after a step
-        skipped on its inf/NaN check."""
+    @locked
+    def last_grad_norm(self) -> float | None:
+        """The total gradient norm the last step's clip (``clip_grad_norm=``) or the last stand-alone
+        :func:`rlx_gpu.clip_grad_norm` computed on the device (reads 4 bytes back); NaN after a step skipped on
+        its inf/NaN check; None when the last step clipped nothing (clipping off, a fresh or loaded optimizer)."""
+        if not self._norm_taken:
+            return None
         return float(self._global_word(5, np.float32))
 
     def _fill(self, group: dict, t: np.ndarray, fresh: list, rec: np.ndarray, sel: np.ndarray):
@@ -516,6 +574,7 @@ class Optimizer(Checkpointable):
                 k.dispatch(enc, self._bind(e, c), len(b))
 
     # -- state dicts -----------------------------------------------------------------------------
+    @locked
     def state_dict(self) -> dict:
         """``{"state": {name: {"step", <state buffers>}}, "param_groups": [...]}`` with NumPy arrays."""
         self._settle()
@@ -534,6 +593,7 @@ class Optimizer(Checkpointable):
                   for g in self.param_groups]
         return {"state": state, "param_groups": groups}
 
+    @locked
     def load_state_dict(self, sd: dict) -> None:
         """Restore a state dict (from this class or its NumPy twin); checked fully before anything changes."""
         name = type(self).__name__
@@ -546,8 +606,7 @@ class Optimizer(Checkpointable):
             for s in st:
                 if s != "step":
                     self._ensure(s)
-        for g, h in zip(self.param_groups, hypers):
-            g.update(h)
+        groups = [dict(g, **h) for g, h in zip(self.param_groups, hypers)]
         # Whole chunks are assembled on the host and uploaded once per state buffer.
         for s, arena in self._state.items():
             chunks = [np.zeros(c, np.float32) for c in self.layout.chunk_elems]
@@ -556,12 +615,14 @@ class Optimizer(Checkpointable):
                 if st is not None and s in st:
                     v = st[s]
                 elif s in self.spec.eager_state and st is None:
-                    v = np.full(self._shapes[n], self.spec.init_value(s, self.param_groups[self._group_of[t]]),
-                                np.float32)
+                    v = np.full(self._shapes[n], self.spec.init_value(s, groups[self._group_of[t]]), np.float32)
                 else:
                     continue
                 self.layout.scatter(chunks, t, v)
             self.device.transfer.upload([(b, 0, h.view(np.uint8)) for b, h in zip(arena.buffers, chunks)])
+        for g, h in zip(self.param_groups, hypers):
+            g.update(h)
+        self._norm_taken = False
         for t, n in enumerate(self._names):
             st = state.get(n)
             g = self.param_groups[self._group_of[t]]

@@ -5,6 +5,7 @@ import numpy as np
 
 from ._groups import check_grads
 from .arena import Arena, DeviceTensor
+from ._sync import locked
 from .optimizer import Optimizer
 from .reference import sophia as ref
 
@@ -54,6 +55,7 @@ class SophiaH(Optimizer):
         rec[:, 8] = -lr
         return DECAY if wd != 0 else 0
 
+    @locked
     def update_hessian(self, estimates: dict) -> None:
         """Fold Hutchinson estimates ``{name: u * (H u)}`` (NumPy arrays or DeviceTensors) into the Hessian
         EMA ``h = b2*h + (1-b2)*estimate``. Step counts do not change."""

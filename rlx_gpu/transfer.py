@@ -98,7 +98,13 @@ class Transfer:
         return rest
 
     def download(self, items) -> None:
-        """Copy each (buffer, offset, out) with ``out`` a contiguous uint8 view (its size is the byte count)."""
+        """Copy each (buffer, offset, out) with ``out`` a contiguous uint8 view (its size is the byte count).
+        One transfer at a time per device (the staging buffers are shared): callers from several threads wait."""
+        self.dev.ensure_alive()
+        with self.dev.io_lock:
+            self._download(items)
+
+    def _download(self, items) -> None:
         rounds = self._rounds(self._direct(items, "READ") if self.dev.host_mappable else items)
         d = self.dev.device
 
@@ -124,7 +130,13 @@ class Transfer:
                 st.unmap()
 
     def upload(self, items) -> None:
-        """Copy each (buffer, offset, data) with ``data`` a contiguous uint8 view into the buffers."""
+        """Copy each (buffer, offset, data) with ``data`` a contiguous uint8 view into the buffers (one transfer at a
+        time per device, as :meth:`download`)."""
+        self.dev.ensure_alive()
+        with self.dev.io_lock:
+            self._upload(items)
+
+    def _upload(self, items) -> None:
         if self.dev.host_mappable:
             items = self._direct(items, "WRITE")
         total = sum(h.nbytes for _, _, h in items)

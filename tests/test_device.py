@@ -197,3 +197,28 @@ def test_wheel_ships_shaders(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(target)),
                        capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == str(target / "rlx_gpu" / "shaders"), r.stderr
+
+
+LOST = """
+import numpy as np, pytest, rlx_gpu
+g = {"w": np.ones(10, np.float32)}
+o = rlx_gpu.AdamW({"w": np.ones(10, np.float32)}, clip_grad_norm=1.0)
+s = rlx_gpu.GradScaler()
+o.step(g)
+o.device.device.destroy()  # as a driver reset would leave it
+for call in (lambda: o.step(g), o.read_params, o.state_dict, o.last_grad_norm, lambda: s.step(o, g),
+             lambda: o.params["w"].numpy(), o.device.sync):
+    with pytest.raises(rlx_gpu.DeviceLostError, match="is lost"):
+        call()
+fresh = rlx_gpu.AdamW({"w": np.ones(10, np.float32)})  # a new optimizer gets a fresh device
+assert fresh.device.device is not o.device.device and not fresh.device.lost
+fresh.step(g)
+assert np.isfinite(fresh.read_params()["w"]).all()
+print("ok")
+"""
+
+
+@pytest.mark.gpu
+def test_device_lost_is_a_clear_error_and_a_fresh_device_follows():
+    r = subprocess.run([sys.executable, "-c", LOST], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]

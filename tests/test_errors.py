@@ -120,7 +120,7 @@ def test_bad_state_dict_changes_nothing(device):
     bad = [
         ({"state": {}}, ValueError, "'state' and 'param_groups'"),
         (dict(sd, param_groups=sd["param_groups"] * 2), ValueError, "2 param groups"),
-        ({"state": {"zz": {"step": 1}}, "param_groups": sd["param_groups"]}, KeyError, "unknown tensor 'zz'"),
+        ({"state": {"zz": {"step": 1}}, "param_groups": sd["param_groups"]}, ValueError, "unknown tensor 'zz'"),
         ({"state": {"t1": {"step": 1, "exp_avg": np.zeros(4, np.float32)}}, "param_groups": sd["param_groups"]},
          ValueError, r"exp_avg of 't1' has shape \(4,\), expected \(5,\)"),
         ({"state": {"t1": {"step": 1, "momentum": np.zeros(5, np.float32)}}, "param_groups": sd["param_groups"]},
@@ -146,3 +146,42 @@ def test_device_tensor_write_errors(device):
 
 def test_table_rows_have_bad_input_coverage():
     assert {c.__name__ for c, _, _ in BAD_HYPER} == {row[0].__name__ for row in TABLE}
+
+
+@pytest.mark.gpu
+def test_grads_from_other_slots_of_the_same_optimizer(device):
+    """A DeviceTensor grad that is another slot of the same grads arena (even the same chunk buffer) is read as it
+    was before the call, also when slots are swapped or a host grad overwrites the source slot."""
+    params = make_params([7, 7, 7], seed=3)
+    gpu, twin = rlx_gpu.SGD(params, lr=0.1, device=device), rlx_gpu.reference.SGD(params, lr=0.1)
+    rng = np.random.default_rng(4)
+    g = make_grads(params, rng)
+    for n, v in g.items():
+        gpu.grads[n].write(v)
+    new_t2 = rng.standard_normal(7).astype(np.float32)
+    gpu.step({"t0": gpu.grads["t1"], "t1": gpu.grads["t0"], "t2": new_t2})  # a swap, and t2 from the host
+    twin.step({"t0": g["t1"], "t1": g["t0"], "t2": new_t2})
+    gpu.step({"t1": gpu.grads["t2"], "t2": np.zeros(7, np.float32)})  # t2's slot is overwritten by this call
+    twin.step({"t1": new_t2, "t2": np.zeros(7, np.float32)})
+    for n in params:
+        np.testing.assert_array_equal(gpu.params[n].numpy(), twin.params[n])
+
+
+@pytest.mark.gpu
+def test_failed_step_keeps_the_scalers_pending_update(device, monkeypatch):
+    opt = rlx_gpu.SGD({"w": np.ones(5, np.float32)}, device=device)
+    scaler = rlx_gpu.GradScaler(init_scale=1024.0)
+    scaler.step(opt, {"w": np.full(5, np.inf, np.float32)})  # skipped: the next update() backs off
+    scaler.update()
+    real = device.submit
+
+    def broken(enc):
+        raise RuntimeError("simulated submit failure")
+
+    monkeypatch.setattr(type(device), "submit", lambda self, enc: broken(enc))
+    with pytest.raises(RuntimeError, match="simulated submit failure"):
+        scaler.step(opt, {"w": np.ones(5, np.float32)})
+    monkeypatch.setattr(type(device), "submit", lambda self, enc: real(enc))
+    assert scaler.get_scale() == 512.0  # the pending update() ran after all
+    np.testing.assert_array_equal(opt.params["w"].numpy(), np.ones(5, np.float32))
+    assert opt.state_dict()["state"] == {} or opt.state_dict()["state"]["w"]["step"] == 0

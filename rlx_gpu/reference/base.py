@@ -7,10 +7,12 @@ validation, missing grads, state dicts) lives here and in :mod:`rlx_gpu._groups`
 from __future__ import annotations
 
 import copy
+import threading
 
 import numpy as np
 
-from .._groups import check_grads, check_state_dict, parse_params, resolve_lr_scale, scaled, validate_group
+from .._groups import MAX_STEP, check_grads, check_state_dict, parse_params, resolve_lr_scale, scaled, validate_group
+from .._sync import locked
 from ..checkpoint import Checkpointable
 
 F32 = np.float32
@@ -54,6 +56,9 @@ class ReferenceOptimizer(Checkpointable):
     # -- the twin ----------------------------------------------------------------------------
     def __init__(self, params, lr_scale=None, clip_grad_norm=None, skip_nonfinite=False, **hyper):
         name = type(self).__name__
+        #: Serialises this optimizer's calls (re-entrant), as the GPU classes' lock.
+        self.lock = threading.RLock()
+        self._last_norm = None
         self.defaults = {**type(self).defaults, **hyper}
         self.param_groups, self.params = parse_params(name, params, self.defaults)
         #: Per-tensor multiplier of the group lr (``lr_scale=``).
@@ -81,10 +86,25 @@ class ReferenceOptimizer(Checkpointable):
         for g in self.param_groups:
             g["lr"] = lr
 
-    def last_grad_norm(self) -> float:
-        """The total gradient norm the last clipped step computed (NaN after a step skipped on inf/NaN)."""
-        return float(self._last_norm)
+    @locked
+    def set_lr_scale(self, lr_scale) -> None:
+        """Replace the per-tensor lr factors (as the GPU classes)."""
+        self.lr_scale = resolve_lr_scale(type(self).__name__, lr_scale, list(self.params))
 
+    @locked
+    def write_params(self, params: dict) -> None:
+        """Overwrite several parameters (dict name -> float32 array), checked first (as the GPU classes)."""
+        check_grads(type(self).__name__, params, {n: p.shape for n, p in self.params.items()}, call="write_params",
+                    noun="param")
+        for n, a in params.items():
+            self.params[n][...] = a
+
+    def last_grad_norm(self) -> float | None:
+        """The total gradient norm the last step computed (NaN after a step skipped on inf/NaN); None when it
+        clipped nothing (clipping off, a fresh or loaded optimizer)."""
+        return None if self._last_norm is None else float(self._last_norm)
+
+    @locked
     def read_params(self, names=None, out: dict | None = None) -> dict:
         """Copies of the parameters (all, or ``names``; into ``out``'s arrays when given), as the GPU class."""
         names = list(out) if out is not None and names is None else (self.params if names is None else names)
@@ -98,11 +118,18 @@ class ReferenceOptimizer(Checkpointable):
         for g in self.grads.values():
             g.fill(0)
 
+    @locked
     def step(self, grads=None) -> None:
         """One step for every tensor in ``grads`` (default: every tensor, with ``self.grads``)."""
         self._step(grads, 1.0, self.skip_nonfinite)
 
+    @locked
     def _step(self, grads, inv_scale: float, check: bool) -> bool:
+        # Extreme values overflow and produce NaN as they do in float32 on the GPU and in torch: no warnings.
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+            return self._step_checked(grads, inv_scale, check)
+
+    def _step_checked(self, grads, inv_scale: float, check: bool) -> bool:
         name = type(self).__name__
         self.last_step_skipped = False
         for g in self.param_groups:
@@ -110,11 +137,12 @@ class ReferenceOptimizer(Checkpointable):
         grads = self.grads if grads is None else check_grads(name, grads, {n: p.shape for n, p in self.params.items()})
         if check:
             self.last_step_skipped = not all(np.isfinite(np.asarray(g)).all() for g in grads.values())
-            if self.last_step_skipped:
-                self._last_norm = F32(np.nan)  # no norm taken (the GPU classes report NaN too)
+            if self.last_step_skipped:  # no norm taken: NaN if this step clips (as the GPU classes report)
+                self._last_norm = F32(np.nan) if self.clip_grad_norm is not None else None
                 return False
         if inv_scale != 1.0:
             grads = {n: np.asarray(g, F32) * F32(inv_scale) for n, g in grads.items()}
+        self._last_norm = None
         if self.clip_grad_norm is not None:  # torch's clip_grad_norm_ over this step's grads, not in place
             from ..clip import clip_coef, host_total_norm
             self._last_norm = host_total_norm(list(grads.values()))
@@ -129,7 +157,7 @@ class ReferenceOptimizer(Checkpointable):
                 if s not in st:
                     st[s] = np.full(self.state_shape(s, self.params[n].shape), self.init_value(s, group), F32)
                     fresh.add(s)
-            st["step"] += 1
+            st["step"] = min(st["step"] + 1, MAX_STEP)  # saturates, never wraps
             self._update(self.params[n], np.asarray(g, F32).copy(), st, scaled(group, self.lr_scale[n]), fresh)
         return True
 
@@ -139,10 +167,12 @@ class ReferenceOptimizer(Checkpointable):
     def _update(self, p: np.ndarray, g: np.ndarray, st: dict, group: dict, fresh: set) -> None:
         raise NotImplementedError
 
+    @locked
     def state_dict(self) -> dict:
         return {"state": copy.deepcopy(self.state),
                 "param_groups": [dict(copy.deepcopy(g), params=list(g["params"])) for g in self.param_groups]}
 
+    @locked
     def load_state_dict(self, sd: dict) -> None:
         name = type(self).__name__
         state, hypers = check_state_dict(name, sd, self.param_groups, {n: p.shape for n, p in self.params.items()},
@@ -151,5 +181,6 @@ class ReferenceOptimizer(Checkpointable):
             self.check(h)
         for g, h in zip(self.param_groups, hypers):
             g.update(h)
+        self._last_norm = None
         self.state = {n: {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in st.items()}
                       for n, st in state.items()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._groups import check_grads
+from .._sync import locked
 from .base import F32, ReferenceOptimizer
 
 
@@ -22,6 +23,7 @@ class SophiaH(ReferenceOptimizer):
                  skip_nonfinite=False):
         super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize)
 
+    @locked
     def update_hessian(self, estimates: dict) -> None:
         """Fold Hutchinson estimates ``{name: u * (H u)}`` into the Hessian EMA: h = b2*h + (1-b2)*estimate."""
         for g in self.param_groups:
