@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from ._numerics import sum32
+
 __all__ = ["clip_grad_norm", "global_grad_clip_scale", "l2_norm"]
 
 F32 = np.float32
@@ -38,25 +40,30 @@ def l2_norm(x) -> float:
     return math.sqrt(float(np.sum(np.square(np.asarray(x), dtype=np.float64))))
 
 
-def host_total_norm(grads, norm_type=2.0) -> np.float32:
-    """torch's total norm in float32: the norm of the per-tensor norms (each accumulated in float64)."""
-    kind, p = _kind(norm_type)
-    norms = []
-    for g in grads:
-        a = np.abs(np.asarray(g, np.float64)).ravel()
-        if kind == 2:
-            norms.append(a.max(initial=0.0))
-        else:
-            norms.append(np.sum(a ** p) ** (1.0 / p))
-    norms = np.array(norms, np.float64).astype(F32).astype(np.float64)
+def _vector_norm32(a: np.ndarray, kind: int, p: float) -> np.float32:
+    """torch.linalg.vector_norm of a float32 vector: terms rounded to float32, inf past float32's range, NaN
+    propagated (a max over a NaN is NaN)."""
+    a = np.abs(np.asarray(a, F32)).ravel()
     if kind == 2:
-        return F32(norms.max(initial=0.0))
-    return F32(np.sum(norms ** p) ** (1.0 / p))
+        return F32(np.max(a, initial=0.0))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        terms = a if kind == 1 else (np.square(a) if kind == 0 else np.power(a, F32(p)))
+        return F32(sum32(terms) ** (1.0 / p))
+
+
+def host_total_norm(grads, norm_type=2.0) -> np.float32:
+    """torch's total norm in float32: the norm of the per-tensor norms, each a float32 reduction (so grads of
+    1e20 give inf and 1e-30 gives 0, as torch's do; a NaN grad gives NaN)."""
+    kind, p = _kind(norm_type)
+    norms = np.array([_vector_norm32(g, kind, p) for g in grads], F32)
+    return _vector_norm32(norms, kind, p)
 
 
 def clip_coef(total: np.float32, max_norm) -> np.float32:
-    """min(max_norm / (total + 1e-6), 1), in float32 as torch computes it."""
-    return min(F32(max_norm) / (F32(total) + F32(1e-6)), F32(1.0))
+    """min(max_norm / (total + 1e-6), 1), in float32 as torch computes it (NaN for a NaN total, 0 for inf)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = F32(max_norm) / (F32(total) + F32(1e-6))
+    return q if np.isnan(q) else min(q, F32(1.0))
 
 
 def global_grad_clip_scale(grads, max_norm) -> float:
@@ -82,6 +89,7 @@ def clip_grad_norm(target, max_norm, norm_type=2.0) -> float:
             raise TypeError(f"clip_grad_norm: grad {n!r} must be a float32 numpy array")
     total = host_total_norm(list(grads.values()), norm_type)
     c = clip_coef(total, max_norm)
-    for g in grads.values():
-        g *= c
+    with np.errstate(invalid="ignore"):
+        for g in grads.values():
+            g *= c
     return float(total)

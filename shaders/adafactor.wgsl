@@ -55,7 +55,7 @@ fn direction(t: u32, e: u32, g: vec4<f32>) -> vec4<f32> {
         var c = e - q * n;
         var b = q / m;
         for (var j = 0u; j < 4u; j++) {
-            let rm = max(aux[A + 2u * B * m + B * n + b], eps1);
+            let rm = nan_max(aux[A + 2u * B * m + B * n + b], eps1);
             v[j] = aux[A + q] * aux[A + B * m + b * n + c] / rm;
             c = c + 1u;
             if (c == n) { c = 0u; q = q + 1u; b = q / m; }
@@ -63,7 +63,7 @@ fn direction(t: u32, e: u32, g: vec4<f32>) -> vec4<f32> {
     } else {
         for (var j = 0u; j < 4u; j++) { v[j] = aux[A + e + j]; }
     }
-    return inverseSqrt(max(v, vec4<f32>(eps1 * eps1))) * g;
+    return inverseSqrt(nan_max4(v, vec4<f32>(eps1 * eps1))) * g;
 }
 
 @compute @workgroup_size(WG)
@@ -220,8 +220,12 @@ fn ratio(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     reduce(lid);
     if (lid == 0u) {
         let sn = hf(t, 11u);
-        let alpha = max(hf(t, 5u), sqrt(psum) / sn) * hf(t, 3u);
-        let denom = max(1.0, sqrt(red[0]) / (sn * hf(t, 6u)));
+        // torch takes these maxima with Python's max() on .item() values: max(a, x) is x only if x > a, so a
+        // NaN RMS gives a (WGSL's max leaves NaN operands to the implementation)
+        let rms_p = sqrt(psum) / sn;
+        let alpha = select(hf(t, 5u), rms_p, rms_p > hf(t, 5u)) * hf(t, 3u);
+        let clip = sqrt(red[0]) / (sn * hf(t, 6u));
+        let denom = select(1.0, clip, clip > 1.0);
         scratch[(arrayLength(&scratch) - nt) + t] = -alpha / denom;
     }
 }

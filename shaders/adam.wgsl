@@ -37,7 +37,7 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var vd = v;
         if ((f & AMSGRAD) != 0u) {
             let x0 = max_exp_avg_sq[i];
-            vd = max(x0, v);
+            vd = nan_max4(x0, v);
             max_exp_avg_sq[i] = select(vd, x0, keep);
         }
         p = p + nss * m / (sqrt(vd) / bc2s + eps);

@@ -16,6 +16,11 @@
 // 3: p, 4: finite check), 3 p, 4 count every tensor (1) or only those with a grad this step (0), 5 total norm
 // (written here), 6 non-finite found (written here), 7 inv_scale: the loss-scale factor the grads carry,
 // 8 inv_scale comes from a GradScaler's buffer (shaders/gate.wgsl)
+// NaN and inf as torch's clip_grad_norm_ gives them: a NaN grad makes the total NaN and the factor NaN (every
+// grad becomes NaN), an inf grad or a sum past float32's range makes it inf and the factor 0. Sums overflow by
+// themselves; maxima and the factor's min() go through the bit-pattern helpers (WGSL leaves NaN to max/min).
+// #include "ieee.wgsl"
+
 const REC: u32 = 16u;
 const ACTIVE: u32 = 1u;
 override WG: u32 = 256u;
@@ -37,7 +42,7 @@ fn gf(k: u32) -> f32 { return bitcast<f32>(hyper[glob() + k]); }
 fn kind_of() -> u32 { return select(hyper[glob() + 2u], 4u, CHECK); }
 
 fn combine(a: f32, b: f32, kind: u32) -> f32 {
-    if (kind == 2u || kind == 4u) { return max(a, b); }
+    if (kind == 2u || kind == 4u) { return nan_max(a, b); }
     return a + b;
 }
 
@@ -52,14 +57,11 @@ fn reduce(lid: u32, kind: u32) {
 // acc combined with |x| of one vec4 for this kind (kind 4: 1 if any lane is inf or NaN)
 fn fold(acc: f32, x: vec4<f32>, kind: u32, p: f32) -> f32 {
     let a = abs(x);
-    if (kind == 4u) {
-        let bad = (bitcast<vec4<u32>>(a) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u);
-        return select(acc, 1.0, any(bad));
-    }
+    if (kind == 4u) { return select(acc, 1.0, !all(is_finite4(a))); }
     if (kind == 0u) { return acc + dot(a, a); }
     if (kind == 1u) { return acc + a.x + a.y + a.z + a.w; }
-    if (kind == 2u) { return max(acc, max(max(a.x, a.y), max(a.z, a.w))); }
-    return acc + dot(pow(a, vec4<f32>(p)), vec4<f32>(1.0));
+    if (kind == 2u) { return nan_max(acc, nan_max(nan_max(a.x, a.y), nan_max(a.z, a.w))); }
+    return acc + dot(select(pow(a, vec4<f32>(p)), a, is_nan4(a)), vec4<f32>(1.0));
 }
 
 @compute @workgroup_size(WG)
@@ -123,9 +125,10 @@ fn total(@builtin(local_invocation_index) lid: u32) {
             return;
         }
         var t = red[0];
-        if (kind == 0u) { t = sqrt(t); } else if (kind == 3u) { t = pow(t, 1.0 / gf(3u)); }
+        if (kind == 0u) { t = sqrt(t); } else if (kind == 3u) { t = select(pow(t, 1.0 / gf(3u)), t, is_nan(t)); }
         t = t * gf(7u);  // the norm of the unscaled grads
-        let c = min(gf(1u) / (t + 1e-6), 1.0);
+        let q = gf(1u) / (t + 1e-6);
+        let c = select(min(q, 1.0), q, is_nan(q));  // torch's clamp(max=1) keeps a NaN
         hyper[glob()] = bitcast<u32>(c * gf(7u));
         hyper[glob() + 5u] = bitcast<u32>(t);
     }

@@ -12,6 +12,8 @@
 // Bindings 2 and 3, `param` and `grad`: this chunk of the params and grads arenas (vec4 views).
 // Each thread handles EPT vec4s of its block, strided by WG so that loads coalesce.
 
+// #include "ieee.wgsl"
+
 const REC: u32 = 16u;
 const ACTIVE: u32 = 1u;
 const MAXIMIZE: u32 = 2u;

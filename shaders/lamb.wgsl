@@ -1,7 +1,7 @@
 // LAMB (You et al. 2019; apex FusedLAMB, adam_w_mode). Three passes, no host round trip:
 //   moments (per chunk): g = -g if maximize; m = lerp(m, g, 1-b1); v = b2*v + (1-b2)*g*g;
 //            u = (m/bc1) / (sqrt(v/bc2) + eps) + wd*p; per-block partial sums of p*p and u*u
-//   ratio   (one workgroup per tensor): r = |p|/|u| if both > 0 else 1
+//   ratio   (one workgroup per tensor): r = |p|/|u| unless either is 0 (then 1)
 //   apply   (per chunk): recompute u from the new m, v; p -= (lr*r)*u
 // Record: flags, 1 1-b1, 2 b2, 3 1-b2, 4 bc1, 5 bc2 (1 without bias correction), 6 eps, 7 wd, 8 lr,
 //         14 first block, 15 block count
@@ -69,7 +69,7 @@ fn trust_ratio(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     reduce2(lid);
     if (lid == 0u) {
         let pn = sqrt(red2[0].x); let un = sqrt(red2[0].y);
-        ratio[t] = select(1.0, pn / un, pn > 0.0 && un > 0.0);
+        ratio[t] = select(pn / un, 1.0, pn == 0.0 || un == 0.0);  // apex: a NaN norm gives a NaN ratio
     }
 }
 

@@ -24,7 +24,7 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let g = grad[i] * gscale();
         var p = p0;
         if ((f & DECAY) != 0u) { p = p * decay; }
-        p = p + nlr * sign(m0 * b1 + omb1 * g);
+        p = p + nlr * nan_sign4(m0 * b1 + omb1 * g);
         let m = m0 * b2 + omb2 * g;
         param[i] = select(p, p0, keep);
         exp_avg[i] = select(m, m0, keep);

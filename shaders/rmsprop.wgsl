@@ -1,6 +1,7 @@
 // RMSprop (torch.optim.RMSprop semantics; eps outside the square root).
 //   g = -g if maximize;  g += wd*p;  s = alpha*s + (1-alpha)*g*g
 //   centered: a = lerp(a, g, 1-alpha), d = sqrt(s - a*a) + eps  else d = sqrt(s) + eps
+//             (s - a*a is +inf where s is +inf and a finite, as torch's fused addcmul gives it)
 //   momentum mu > 0: b = mu*b + g/d, p -= lr*b  else p -= lr*g/d
 // Record: flags (4 centered, 8 momentum, 16 L2 decay), 1 wd, 2 alpha, 3 1-alpha, 4 eps, 5 mu, 6 -lr
 // #include "common.wgsl"
@@ -36,7 +37,8 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let a0 = grad_avg[i];
             let a = lerp4(a0, g, oma);
             grad_avg[i] = select(a, a0, keep);
-            d = sqrt(s - a * a) + eps;
+            // torch's addcmul fuses s - a*a into one FMA: +inf where s is +inf and a finite, even if a*a overflows
+            d = sqrt(select(s - a * a, s, is_posinf4(s) & is_finite4(a))) + eps;
         } else {
             d = sqrt(s) + eps;
         }

@@ -30,8 +30,8 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let m = m0 * b1 + omb1 * g;
         var p = p0;
         if ((f & DECAY) != 0u) { p = p * decay; }
-        let ratio = min(abs(m) / max(rho * hessian[i], vec4<f32>(eps)), vec4<f32>(1.0));
-        p = p + nlr * sign(m) * ratio;
+        let ratio = nan_min4(abs(m) / nan_max4(rho * hessian[i], vec4<f32>(eps)), vec4<f32>(1.0));
+        p = p + nlr * nan_sign4(m) * ratio;
         param[i] = select(p, p0, keep);
         exp_avg[i] = select(m, m0, keep);
     }

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from .._numerics import norm32, py_max, sum32, sumsq32
 from .adam import lerp
 from .base import F32, ReferenceOptimizer
 
@@ -30,8 +31,8 @@ def factored(shape) -> bool:
 
 
 def rms(x: np.ndarray) -> float:
-    """RMS accumulated in float64 (torch: norm / sqrt(numel))."""
-    return math.sqrt(float(np.sum(np.square(x, dtype=np.float64)))) / math.sqrt(max(1, x.size))
+    """torch's ``x.norm(2).item() / numel ** 0.5``: a float32 norm (inf past float32's range, 0 below it)."""
+    return float(norm32(x)) / math.sqrt(max(1, x.size))
 
 
 class Adafactor(ReferenceOptimizer):
@@ -81,22 +82,21 @@ class Adafactor(ReferenceOptimizer):
         eps1, eps2 = eps1_of(group), group["eps"][1]
         w = t ** group["beta2_decay"]
         rho = min(lr, 1 / math.sqrt(t))
-        alpha = max(eps2, rms(p)) * rho
+        alpha = py_max(eps2, rms(p)) * rho  # Python's max on .item() values, as torch: a NaN RMS gives eps2
         if wd != 0:
             p *= F32(1 - lr * wd)
         if group["maximize"]:
             g = -g
-        g2 = g.astype(np.float64) ** 2
-        if factored(p.shape):
+        if factored(p.shape):  # torch: norm(g, dim).square() / size, float32 norms (inf past the range)
             R, C = st["row_var"], st["col_var"]
-            R[...] = lerp(R, (g2.sum(-1, keepdims=True) / g.shape[-1]).astype(F32), w)
-            C[...] = lerp(C, (g2.sum(-2, keepdims=True) / g.shape[-2]).astype(F32), w)
-            rowmean = np.maximum(R.astype(np.float64).mean(-2, keepdims=True).astype(F32), F32(eps1))
+            R[...] = lerp(R, (sumsq32(g, -1, keepdims=True) / g.shape[-1]).astype(F32), w)
+            C[...] = lerp(C, (sumsq32(g, -2, keepdims=True) / g.shape[-2]).astype(F32), w)
+            rowmean = np.maximum((sum32(R, -2, keepdims=True) / R.shape[-2]).astype(F32), F32(eps1))
             vhat = (R * C) / rowmean
         else:
             v = st["variance"]
             v[...] = lerp(v, g * g, w)
             vhat = v.copy()
         u = F32(1) / np.sqrt(np.maximum(vhat, F32(eps1 * eps1))) * g
-        denom = max(1.0, rms(u) / d)
+        denom = py_max(1.0, rms(u) / d)
         p += F32(-alpha / denom) * u

@@ -2,19 +2,17 @@
 
     g = -g if maximize;  m = lerp(m, g, 1-b1);  v = b2*v + (1-b2)*g*g
     bias_correction: m^ = m/(1-b1^t), v^ = v/(1-b2^t)  else m^ = m, v^ = v
-    u = m^/(sqrt(v^) + eps) + wd*p;  r = |p|/|u| if both > 0 else 1;  p -= (lr*r)*u
+    u = m^/(sqrt(v^) + eps) + wd*p;  r = |p|/|u| unless either is 0 (then 1);  p -= (lr*r)*u
+The norms are float32 reductions (apex), so they overflow to inf and a NaN norm gives a NaN ratio (apex tests
+``!= 0``).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .._numerics import norm32
 from .adam import lerp
 from .base import F32, ReferenceOptimizer
-
-
-def norm(x: np.ndarray) -> np.float32:
-    """The L2 norm, accumulated in float64 and rounded once to float32."""
-    return F32(np.sqrt(np.sum(np.square(x, dtype=np.float64))))
 
 
 class LAMB(ReferenceOptimizer):
@@ -37,6 +35,6 @@ class LAMB(ReferenceOptimizer):
         v[...] = v * F32(b2) + F32(1 - b2) * g * g
         bc1, bc2 = (1 - b1 ** t, 1 - b2 ** t) if group["bias_correction"] else (1.0, 1.0)
         u = (m / F32(bc1)) / (np.sqrt(v / F32(bc2)) + F32(group["eps"])) + F32(group["weight_decay"]) * p
-        pn, un = norm(p), norm(u)
-        r = pn / un if pn > 0 and un > 0 else F32(1)
+        pn, un = norm32(p), norm32(u)
+        r = F32(1) if pn == 0 or un == 0 else pn / un
         p -= (F32(group["lr"]) * r) * u

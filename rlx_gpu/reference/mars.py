@@ -2,6 +2,7 @@
 
 2-D tensors:
     c = (g - g_prev)*gamma*b1/(1-b1) + g  (g_prev = 0 at t = 1);  if |c|_F > 1: c = c/|c|_F
+    (|c|_F in float32 as the authors' torch.norm: past float32's range it is inf and c/inf is 0)
     m = b1*m + (1-b1)*c;  v = b2*v + (1-b2)*c*c;  denom = (sqrt(v)/sqrt(1-b2^t) + eps)*(1-b1^t)
     p += -lr*(wd*p + m/denom)
 Other tensors: AdamW with lr_1d, betas_1d, weight_decay_1d.  Every tensor: g_prev = g.
@@ -12,8 +13,8 @@ import math
 
 import numpy as np
 
+from .._numerics import norm32
 from .base import F32, ReferenceOptimizer
-from .lamb import norm
 
 
 class Mars(ReferenceOptimizer):
@@ -34,7 +35,7 @@ class Mars(ReferenceOptimizer):
         if p.ndim == 2:
             lr, (b1, b2), wd, gamma = group["lr"], group["betas"], group["weight_decay"], group["gamma"]
             c = (g - last) * F32(gamma * (b1 / (1.0 - b1))) + g
-            cn = norm(c)
+            cn = norm32(c)  # torch.norm in the grad's dtype, as the authors' code (overflows to inf)
             if cn > 1.0:
                 c = c / cn
             m[...] = m * F32(b1) + F32(1 - b1) * c

@@ -2,6 +2,7 @@
 
     g = -g if maximize;  g += wd*p;  s = alpha*s + (1-alpha)*g*g
     centered: a = lerp(a, g, 1-alpha), d = sqrt(s - a*a) + eps  else d = sqrt(s) + eps
+    (s - a*a is +inf where s is +inf and a finite, as torch's fused addcmul gives it, even when a*a overflows)
     momentum mu > 0: b = mu*b + g/d, p -= lr*b  else p -= lr*g/d
 """
 from __future__ import annotations
@@ -39,8 +40,10 @@ class RMSprop(ReferenceOptimizer):
         if group["centered"]:
             a = st["grad_avg"]
             a[...] = lerp(a, g, 1 - alpha)
-            with np.errstate(invalid="ignore"):
-                avg = np.sqrt(s + F32(-1) * a * a)
+            with np.errstate(invalid="ignore", over="ignore"):
+                # torch's addcmul fuses s - a*a into one FMA: where s is +inf and a finite the exact
+                # difference is +inf, where rounding a*a first would give inf - inf = NaN
+                avg = np.sqrt(np.where(np.isposinf(s) & np.isfinite(a), s, s + F32(-1) * a * a))
         else:
             avg = np.sqrt(s)
         avg = avg + F32(eps)
