@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -21,7 +22,7 @@ import time
 import numpy as np
 
 from . import kernels
-from .device import get_device
+from .device import NoAdapterError, get_device
 
 # name -> (class name, options, minimum bytes per element (or a function of the tensor shape), torch optimizer
 # and options or None)
@@ -67,7 +68,14 @@ def gpt2_shapes(n_layer: int, d: int, vocab: int = 50257, ctx: int = 1024) -> li
 
 def param_set(spec: str) -> list:
     if spec.startswith("single:"):
-        return [("w", (int(spec.split(":", 1)[1]),))]
+        raw = spec.split(":", 1)[1]
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"bench: single:N needs a whole number of elements >= 1, got {raw!r}")
+        return [("w", (n,))]
     if spec == "gpt2-124m":
         return gpt2_shapes(12, 768)
     if spec == "gpt2-1.5b":
@@ -465,25 +473,79 @@ def svg_plot(report: dict) -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="rlx-gpu bench", description=__doc__.splitlines()[0])
+def _positive(kind, minimum):
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if not (v >= minimum) or (kind is float and not math.isfinite(v)):
+            raise argparse.ArgumentTypeError(f"expected a value >= {minimum}, got {text!r}")
+        return v
+    return parse
+
+
+def _writable(path: str) -> str:
+    """An output path that can be written (checked before any measurement, so a run never loses its results)."""
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path!r} is a folder, expected a file name")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"cannot write {path!r}: no folder {folder!r}")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"cannot write {path!r}: permission denied")
+    return path
+
+
+def parse_args(argv=None):
+    """The command line, every argument checked before any work (argparse errors exit with status 2)."""
+    ap = argparse.ArgumentParser(prog="rlx-gpu bench", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--optimizers", default=",".join(OPTIMIZERS), help=f"comma list of {', '.join(OPTIMIZERS)}")
-    ap.add_argument("--sets", default=DEFAULT_SETS, help="comma list of single:N, gpt2-124m, gpt2-1.5b")
-    ap.add_argument("--json", metavar="FILE", help="write every figure to FILE")
-    ap.add_argument("--plot", metavar="FILE.svg", help="write a bar chart of GB/s against the copy line")
-    ap.add_argument("--device", default=None, help="adapter selector (default RLX_GPU_ADAPTER or the best)")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--copy-mb", type=int, default=512, help="size of the copy-bandwidth buffers")
-    ap.add_argument("--memory-gb", type=float, default=None, help="device memory budget; sets above it are scaled down")
-    ap.add_argument("--numpy-max", type=int, default=150_000_000, help="largest set the NumPy twin is timed on")
-    ap.add_argument("--no-torch", action="store_true")
-    ap.add_argument("--no-numpy", action="store_true")
+    ap.add_argument("--sets", default=DEFAULT_SETS,
+                    help="comma list of param sets: single:N (one tensor of N elements), gpt2-124m (148 tensors), "
+                         "gpt2-1.5b (580 tensors)")
+    ap.add_argument("--json", metavar="FILE", type=_writable, help="write every figure to FILE")
+    ap.add_argument("--plot", metavar="FILE.svg", type=_writable,
+                    help="write a bar chart of GB/s against the copy line")
+    ap.add_argument("--device", default=None, help="adapter selector (default: RLX_GPU_ADAPTER or the best)")
+    ap.add_argument("--repeats", type=_positive(int, 1), default=5, help="timed repeats per figure (the median)")
+    ap.add_argument("--copy-mb", type=_positive(int, 1), default=512, help="size of the copy-bandwidth buffers, MiB")
+    ap.add_argument("--memory-gb", type=_positive(float, 1e-3), default=None,
+                    help="device memory budget; sets above it are scaled down (default: a quarter of RAM on CPU "
+                         "adapters, 64 GB otherwise)")
+    ap.add_argument("--numpy-max", type=_positive(int, 0), default=150_000_000,
+                    help="largest set (elements) the NumPy twin is timed on")
+    ap.add_argument("--no-torch", action="store_true", help="skip torch's figures even where torch with CUDA is here")
+    ap.add_argument("--no-numpy", action="store_true", help="skip the NumPy twin's figures")
     ap.add_argument("--no-host", action="store_true", help="skip the host-path figures")
     ap.add_argument("--no-latency", action="store_true", help="skip the first-step latency probe")
-    ap.add_argument("--tune", type=int, default=0, metavar="N",
-                    help="also time AdamW on N elements for several workgroup shapes")
-    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--tune", type=_positive(int, 0), default=0, metavar="N",
+                    help="also time AdamW on N elements for several workgroup shapes (0: off)")
+    ap.add_argument("--quiet", action="store_true", help="print only the final table")
     args = ap.parse_args(argv)
+    for o in (x.strip().lower() for x in args.optimizers.split(",")):
+        if o and o not in OPTIMIZERS:
+            ap.error(f"unknown optimizer {o!r}; choose from {', '.join(OPTIMIZERS)}")
+    sets = [x.strip() for x in args.sets.split(",") if x.strip()]
+    if not sets:
+        ap.error("--sets names no param set")
+    for spec in sets:
+        try:
+            param_set(spec)
+        except ValueError as e:
+            ap.error(str(e).removeprefix("bench: "))
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        get_device(args.device)
+    except NoAdapterError as e:
+        print(f"rlx-gpu bench: {e}", file=sys.stderr)
+        return 2
     report = run(args)
     if args.json:
         with open(args.json, "w") as f:

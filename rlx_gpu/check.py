@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -163,80 +167,110 @@ def check_naga_cli(sources: list, timeout: float) -> list:
     return results
 
 
-# -- wgpu (naga in-process) -----------------------------------------------------------------------------
-def check_wgpu(sources: list, device_sel) -> list:
-    try:
-        from .device import get_device
-        dev = get_device(device_sel)
-    except Exception as e:
-        return [Result(str(s.path), "wgpu", "unavailable", reason=f"no adapter: {e}") for s in sources]
-    d = dev.device
-    results = []
-    for s in sources:
-        diags = []
-        try:
-            module = d.create_shader_module(code=s.code, label=s.path.name)
-            layout = _runtime_layout(dev, s)
-            for e in s.entries:
-                try:
-                    d.create_compute_pipeline(layout=layout, label=f"{s.path.name}:{e}", compute={
-                        "module": module, "entry_point": e, "constants": s.constants})
-                except Exception as ex:
-                    diags.append(_wgpu_diag(s, f"entry point {e!r}: {ex}"))
-        except Exception as ex:
-            diags.append(_wgpu_diag(s, str(ex)))
-        results.append(Result(str(s.path), "wgpu", "fail" if diags else "pass", diags))
-    return results
+# -- the in-process compilers (naga inside wgpu-native, Tint), each in a child process ---------------------------
+def _job(s: Source) -> dict:
+    return {"label": s.path.name, "code": s.code, "entries": s.entries, "constants": s.constants,
+            "bindings": sorted(kernels.bindings(s.code).values())}
 
 
-def _binding_entries(wgpu, s: Source) -> list:
-    return [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
-             "buffer": {"type": "read-only-storage" if ro else "storage"}}
-            for i, ro in sorted(kernels.bindings(s.code).values())]
-
-
-def _runtime_layout(dev, s: Source):
-    """The layout the runtime uses: every storage binding the file declares, for every entry point."""
-    bgl = dev.device.create_bind_group_layout(entries=_binding_entries(dev.wgpu, s), label=s.path.name)
-    return dev.device.create_pipeline_layout(bind_group_layouts=[bgl], label=s.path.name)
-
-
-def _wgpu_diag(s: Source, text: str) -> Diagnostic:
-    m = _CODESPAN.search(text)
-    return s.locate(int(m.group(1)) if m else None, int(m.group(2)) if m else None, _naga_message(text))
-
-
-# -- Tint (Dawn, Null backend) --------------------------------------------------------------------------
-def check_tint(sources: list, timeout: float) -> list:
-    try:
-        import importlib.util
-        if importlib.util.find_spec("wgpudawn") is None:
-            raise ImportError
-    except ImportError:
-        why = "wgpudawn is not installed (pip install rlx_gpu[check], or pip install wgpudawn)"
-        return [Result(str(s.path), "tint", "unavailable", reason=why) for s in sources]
-    jobs = [{"label": s.path.name, "code": s.code, "entries": s.entries, "constants": s.constants,
-             "bindings": sorted(kernels.bindings(s.code).values())} for s in sources]
-    try:
-        r = subprocess.run([sys.executable, "-m", "rlx_gpu._tint"], input=json.dumps(jobs), capture_output=True,
-                           text=True, timeout=timeout * max(1, len(sources)))
-    except subprocess.TimeoutExpired:
-        return [Result(str(s.path), "tint", "unavailable", reason="Tint (Dawn) timed out") for s in sources]
-    if r.returncode != 0 or not r.stdout.strip():
-        why = f"Tint (Dawn) could not start: {(r.stderr.strip().splitlines() or ['no output'])[-1]}"
-        return [Result(str(s.path), "tint", "unavailable", reason=why) for s in sources]
-    answers = json.loads(r.stdout.strip().splitlines()[-1])
-    results = []
-    for s, a in zip(sources, answers):
-        diags = []
-        for text in a["errors"]:
+def _diagnostics(validator: str, s: Source, errors: list) -> list:
+    diags = []
+    for text in errors:
+        if validator == "tint":
             found = list(_TINT.finditer(text))
             if found:
                 diags += [s.locate(int(m.group(1)), int(m.group(2)), m.group(3)) for m in found]
-            else:
-                diags.append(s.locate(None, None, text.strip().splitlines()[0]))
-        results.append(Result(str(s.path), "tint", "fail" if diags else "pass", diags))
-    return results
+                continue
+            diags.append(s.locate(None, None, text.strip().splitlines()[0] if text.strip() else text))
+        else:
+            m = _CODESPAN.search(text)
+            diags.append(s.locate(int(m.group(1)) if m else None, int(m.group(2)) if m else None,
+                                  _naga_message(text)))
+    return diags
+
+
+def _died(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"signal {-rc}: {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"signal {-rc}"
+    return f"exit status {rc}"
+
+
+def check_in_child(validator: str, sources: list, device_sel=None, timeout: float = 60.0) -> list:
+    """``validator`` ("wgpu" or "tint") over ``sources`` in a child process (``rlx_gpu._validate``). A crash or a
+    hang on a file is a failure of that file with a message; a new child checks the files after it."""
+    results, todo = {}, list(sources)
+    while todo:
+        with tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "rlx_gpu._validate", validator], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=err, text=True)
+            lines: queue.Queue = queue.Queue()
+
+            def read(out=proc.stdout):
+                for line in out:
+                    lines.put(line)
+                lines.put(None)
+            threading.Thread(target=read, daemon=True).start()
+            try:
+                proc.stdin.write(json.dumps({"device": device_sel, "jobs": [_job(s) for s in todo]}))
+                proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
+
+            def next_message(limit):
+                try:
+                    line = lines.get(timeout=limit)
+                except queue.Empty:
+                    return "timeout"
+                return None if line is None else json.loads(line)
+
+            def why_dead():
+                proc.wait()
+                err.seek(0)
+                tail = [ln for ln in err.read().splitlines() if ln.strip()]
+                return _died(proc.returncode) + (f"; it said: {tail[-1].strip()}" if tail else "")
+
+            first = next_message(max(timeout, 120.0))
+            if not isinstance(first, dict) or "ready" not in first:
+                proc.kill()
+                why = first.get("unavailable") if isinstance(first, dict) else (
+                    "it did not start in time" if first == "timeout" else f"it could not start ({why_dead()})")
+                for s in todo:
+                    results[s.path] = Result(str(s.path), validator, "unavailable", reason=why)
+                break
+            rest = []
+            for k, s in enumerate(todo):
+                msg = next_message(timeout)
+                if isinstance(msg, dict):
+                    diags = _diagnostics(validator, s, msg["errors"])
+                    results[s.path] = Result(str(s.path), validator, "fail" if diags else "pass", diags)
+                    continue
+                if msg == "timeout":
+                    proc.kill()
+                    text = f"the {validator} validator did not finish this file in {timeout:g} s"
+                else:
+                    text = f"the {validator} validator crashed on this file ({why_dead()})"
+                results[s.path] = Result(str(s.path), validator, "fail", [s.locate(None, None, text)])
+                rest = todo[k + 1:]
+                break
+            proc.kill()
+            proc.wait()
+            todo = rest
+    return [results[s.path] for s in sources if s.path in results]
+
+
+def check_wgpu(sources: list, device_sel, timeout: float = 60.0) -> list:
+    return check_in_child("wgpu", sources, device_sel, timeout)
+
+
+def check_tint(sources: list, timeout: float = 60.0) -> list:
+    import importlib.util
+    if importlib.util.find_spec("wgpudawn") is None:
+        why = "wgpudawn is not installed (pip install rlx_gpu[check], or pip install wgpudawn)"
+        return [Result(str(s.path), "tint", "unavailable", reason=why) for s in sources]
+    return check_in_child("tint", sources, None, timeout)
 
 
 # -- the command ----------------------------------------------------------------------------------------
@@ -262,16 +296,34 @@ def run(paths, validators, device=None, timeout=60.0) -> list:
     for path, consts in collect(paths):
         try:
             sources.append(load(path, consts))
-        except (FileNotFoundError, UnicodeDecodeError) as e:
+        except (FileNotFoundError, UnicodeDecodeError, ValueError) as e:  # ValueError: an include loop
             results += [Result(str(path), v, "fail", [Diagnostic(str(path), None, None, str(e))]) for v in validators]
     for v in validators:
         if v == "naga-cli":
             results += check_naga_cli(sources, timeout)
         elif v == "wgpu":
-            results += check_wgpu(sources, device)
+            results += check_wgpu(sources, device, timeout)
         elif v == "tint":
             results += check_tint(sources, timeout)
     return results
+
+
+def unchecked(results: list) -> list:
+    """Files that no requested validator could check (every result for them is "unavailable")."""
+    by_file: dict = {}
+    for r in results:
+        by_file.setdefault(r.file, []).append(r.status)
+    return [f for f, st in by_file.items() if all(s == "unavailable" for s in st)]
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
+    return v
 
 
 def report(results: list) -> str:
@@ -300,27 +352,37 @@ def report(results: list) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="rlx-gpu check-shaders", description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="*", help=".wgsl files or folders (default: every shader the package ships)")
-    ap.add_argument("--validator", default="all", help="naga-cli, wgpu, tint or all (default)")
+    ap.add_argument("--validator", default="all", choices=(*VALIDATORS, "all"),
+                    help="which validator to run (default: all, each that is available)")
     ap.add_argument("--json", action="store_true", help="print one JSON report instead of text")
     ap.add_argument("--device", default=None, help="adapter for the wgpu validator (default RLX_GPU_ADAPTER or the best)")
-    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per naga invocation / per file for Tint")
+    ap.add_argument("--timeout", type=_seconds, default=60.0,
+                    help="seconds per file and validator before it counts as hung (default 60)")
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
     chosen = VALIDATORS if args.validator == "all" else (args.validator,)
-    if any(v not in VALIDATORS for v in chosen):
-        print(f"rlx-gpu check-shaders: unknown validator {args.validator!r}; use naga-cli, wgpu, tint or all",
-              file=sys.stderr)
-        return 2
     try:
         results = run(args.paths, chosen, args.device, args.timeout)
     except FileNotFoundError as e:
         print(f"rlx-gpu check-shaders: no such file or folder: {e}", file=sys.stderr)
         return 2
     failed = any(r.status == "fail" for r in results)
+    missed = unchecked(results)
     if args.json:
-        print(json.dumps({"ok": not failed, "results": [asdict(r) for r in results]}, indent=1))
+        print(json.dumps({"ok": not failed and not missed and bool(results), "unchecked": missed,
+                          "results": [asdict(r) for r in results]}, indent=1))
     else:
         print(report(results))
-    return 1 if failed else 0
+    if failed:
+        return 1
+    if not results:
+        print("rlx-gpu check-shaders: no .wgsl files to check", file=sys.stderr)
+        return 2
+    if missed:
+        print(f"rlx-gpu check-shaders: {len(missed)} file(s) could not be checked by any requested validator "
+              f"({', '.join(Path(f).name for f in missed[:5])}{', ...' if len(missed) > 5 else ''}); nothing was "
+              "validated for them", file=sys.stderr)
+        return 2
+    return 0

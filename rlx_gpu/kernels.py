@@ -35,12 +35,17 @@ def shader_files() -> list[Path]:
     return sorted(p for p in shader_dir().glob("*.wgsl") if _ENTRY.search(p.read_text()))
 
 
-def resolve(path: Path, search: tuple = ()) -> tuple[str, list]:
+def resolve(path: Path, search: tuple = (), _stack: tuple = ()) -> tuple[str, list]:
     """``path``'s text with includes resolved, and for each output line its (file, line) of origin.
 
-    An include is looked up next to the including file, then in ``search`` folders; a missing one fails loudly.
+    An include is looked up next to the including file, then in ``search`` folders; a missing one fails loudly,
+    and so does an include loop (ValueError naming the chain).
     """
     path = Path(path)
+    key = path.resolve()
+    if key in _stack:
+        chain = " -> ".join(p.name for p in (*_stack[_stack.index(key):], key))
+        raise ValueError(f"rlx_gpu: include loop: {chain}")
     if not path.is_file():
         raise FileNotFoundError(f"rlx_gpu: shader {path.name!r} not found in {path.parent}")
     out, origin = [], []
@@ -54,7 +59,7 @@ def resolve(path: Path, search: tuple = ()) -> tuple[str, list]:
         cand = [d / name for d in (path.parent, *search) if (d / name).is_file()]
         if not cand:
             raise FileNotFoundError(f"rlx_gpu: shader {name!r} not found (included from {path.name}:{i})")
-        text, orig = resolve(cand[0], search)
+        text, orig = resolve(cand[0], search, (*_stack, key))
         out += [f"// ---- begin {name} ----", *text.splitlines(), f"// ---- end {name} ----"]
         origin += [(str(path), i), *orig, (str(path), i)]
     return "\n".join(out) + "\n", origin

@@ -42,3 +42,20 @@ def test_bench_tiny_run_writes_every_key(tmp_path):
 def test_cli_usage():
     r = subprocess.run([sys.executable, "-m", "rlx_gpu"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "usage: rlx-gpu" in r.stderr
+
+
+@pytest.mark.parametrize("args", [["--sets", "single:-5"], ["--sets", "single:0"], ["--sets", "single:x"],
+                                  ["--sets", "gpt3"], ["--repeats", "0"], ["--copy-mb", "-1"],
+                                  ["--memory-gb", "nan"], ["--json", "/nonexistent/x.json"],
+                                  ["--plot", "/nonexistent/p.svg"], ["--optimizers", "adamw,nope"], ["--tune", "-3"]])
+def test_bad_arguments_fail_before_any_work(args, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "rlx_gpu", "bench", *args, "--no-latency"], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stderr[-1500:])
+    assert "usage:" in r.stderr and "Traceback" not in r.stderr and "copy bandwidth" not in r.stderr
+
+
+def test_no_adapter_is_one_line_and_exit_2():
+    r = subprocess.run([sys.executable, "-m", "rlx_gpu", "bench", "--device", "no-such-adapter"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "no adapter matches" in r.stderr

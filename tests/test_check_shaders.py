@@ -156,3 +156,60 @@ def test_naga_cli_via_command_exit_status(fake_naga, monkeypatch):
     monkeypatch.setenv("FAKE_NAGA_MODE", "fail")
     r = cli(str(WGSL / "type_error.wgsl"), "--validator", "naga-cli", env=dict(os.environ))
     assert r.returncode == 1 and "[naga-cli] " in r.stdout and "type_error.wgsl:5:9" in r.stdout
+
+
+HEAD = "@group(0) @binding(0) var<storage, read_write> x: array<f32>;\n@compute @workgroup_size(1) fn main() { x[0] = "
+
+
+def _hostile(folder):
+    """Shaders that crash naga's stack (nested parentheses, a 30,000-term sum), an include loop, a good one."""
+    (folder / "nested.wgsl").write_text(HEAD + "(" * 5000 + "1.0" + ")" * 5000 + "; }\n")
+    (folder / "long.wgsl").write_text(HEAD + " + ".join(f"x[{i % 7}]" for i in range(30000)) + "; }\n")
+    (folder / "loop_a.wgsl").write_text('// #include "loop_b.wgsl"\n')
+    (folder / "loop_b.wgsl").write_text('// #include "loop_a.wgsl"\n')
+    (folder / "ok.wgsl").write_text(HEAD + "1.0; }\n")
+
+
+@pytest.mark.parametrize("validator", [pytest.param("wgpu", marks=pytest.mark.gpu), pytest.param("tint", marks=needs_tint)])
+def test_hostile_shaders_fail_their_file_and_never_crash_the_command(tmp_path, validator):
+    _hostile(tmp_path)
+    r = cli("--validator", validator, "--json", str(tmp_path))
+    assert r.returncode == 1, r.stderr[-2000:]
+    report = json.loads(r.stdout)
+    status = {Path(x["file"]).name: x for x in report["results"]}
+    assert status["ok.wgsl"]["status"] == "pass"  # the files after a crash are still checked
+    for name in ("nested.wgsl", "long.wgsl", "loop_a.wgsl", "loop_b.wgsl"):
+        assert status[name]["status"] == "fail" and status[name]["diagnostics"][0]["message"], name
+    assert "include loop: loop_a.wgsl -> loop_b.wgsl -> loop_a.wgsl" in status["loop_a.wgsl"]["diagnostics"][0]["message"]
+
+
+def test_validator_that_hangs_is_a_failure_of_that_file(tmp_path, monkeypatch):
+    """A child that stops answering: its file fails with the timeout, the rest are checked by a new child."""
+    _hostile(tmp_path)
+    sources = [check.load(tmp_path / n, {}) for n in ("ok.wgsl", "nested.wgsl")]
+    real = check._job
+    monkeypatch.setattr(check, "_job", lambda s: dict(real(s), code="HANG") if s.path.name == "ok.wgsl" else real(s))
+    fake = tmp_path / "fake_validate.py"
+    fake.write_text("import json, sys, time\nreq = json.loads(sys.stdin.read())\nprint(json.dumps({'ready': True}), "
+                    "flush=True)\nfor j in req['jobs']:\n    if j['code'] == 'HANG': time.sleep(60)\n"
+                    "    print(json.dumps({'label': j['label'], 'errors': []}), flush=True)\n")
+    real_popen = check.subprocess.Popen
+    monkeypatch.setattr(check.subprocess, "Popen", lambda args, **kw: real_popen([sys.executable, str(fake)], **kw))
+    res = check.check_in_child("wgpu", sources, None, timeout=2.0)
+    assert [r.status for r in res] == ["fail", "pass"]
+    assert "did not finish this file in 2 s" in res[0].diagnostics[0].message
+
+
+def test_bad_timeout_and_unknown_validator_are_usage_errors():
+    for args in (("--timeout", "nan"), ("--timeout", "-1"), ("--timeout", "inf"), ("--validator", "nope")):
+        r = cli(*args)
+        assert r.returncode == 2 and "usage:" in r.stderr and "Traceback" not in r.stderr, args
+
+
+@pytest.mark.gpu
+def test_no_validator_available_is_exit_2_not_a_silent_pass():
+    r = cli("--validator", "wgpu", "--device", "nosuchgpu")
+    assert r.returncode == 2, r.stdout[-2000:]
+    assert "could not be checked by any requested validator" in r.stderr
+    r = cli("--validator", "wgpu", "--device", "nosuchgpu", "--json")
+    assert r.returncode == 2 and json.loads(r.stdout)["ok"] is False
