@@ -3,9 +3,14 @@ give the same NaNs, infinities and finite values for grads and params of +-1e30,
 and the clip treats a NaN or an overflowing grad as torch's clip_grad_norm_ does.
 
 Tolerances: finite values as the parity table (``cases.RTOL``/``ATOL``); NaN and inf must sit at the same places
-with the same signs. Rows holding tiny values or denormals also allow an absolute difference of ``FTZ_ATOL``:
-WGSL lets a GPU flush denormals to zero (llvmpipe keeps them; many GPUs flush), which changes results only below
-that size (a moment of 1e-41 read as 0, a step of lr * 1e-33 not taken)."""
+with the same signs. Rows holding tiny values or denormals also allow an absolute difference of ``FTZ_ATOL``.
+
+Denormals: WGSL lets a GPU flush denormal floats to zero, in its inputs and its results (llvmpipe keeps them; the
+H200 flushes). Where a probe kernel finds that the adapter flushes, the twin is given the inputs as the GPU reads
+them (denormal params and grads as 0): a denormal grad is then no grad for Lion's sign and no denominator for an
+eps of 0 on both sides. The option sets below avoid hyperparameters that are denormal in a kernel (Adafactor's
+eps1 = 1e-20 squares to 1e-40; QHAdamW's eps = 0 divides by a flushed 0); the parity table runs those with
+normal values."""
 import math
 
 import numpy as np
@@ -25,6 +30,35 @@ ROWS = [
 ]
 PARAMS = [("normal params", lambda rng, s: rng.standard_normal(s).astype(np.float32)), ("extreme params", ROWS[3][1])]
 SHAPES = {"a": (5, 7), "b": (33,)}  # a matrix (MARS, Adafactor factored) and a vector
+# Each optimizer's most involved option set, without hyperparameters that are denormal inside a kernel
+DENORMAL_HYPER = {"Adafactor": {"eps": (None, 1e-2)}, "QHAdamW": {"eps": 1e-8}}
+EXTREME_CASES = [(g, t, dict(sets[-1], **DENORMAL_HYPER.get(g.__name__, {}))) for g, t, sets, _ in TABLE]
+TINY = np.finfo(np.float32).tiny
+
+
+def flushes_denormals(device) -> bool:
+    """Whether ``device`` flushes denormal inputs or results to zero (a probe kernel: 1e-40 * 1, 1e-20 * 1e-20)."""
+    code = ("@group(0) @binding(0) var<storage, read_write> x: array<f32>;\n"
+            "@compute @workgroup_size(1) fn main() { x[3] = x[0] * x[1]; x[4] = x[2] * x[2]; }")
+    d = device.device
+    buf = device.buffer(32, "denormal probe", data=np.array([1e-40, 1.0, 1e-20, 7, 7, 0, 0, 0], np.float32))
+    pipe = d.create_compute_pipeline(layout="auto", compute={"module": d.create_shader_module(code=code),
+                                                             "entry_point": "main"})
+    bind = d.create_bind_group(layout=pipe.get_bind_group_layout(0),
+                               entries=[{"binding": 0, "resource": {"buffer": buf, "offset": 0, "size": 32}}])
+    enc = d.create_command_encoder()
+    cp = enc.begin_compute_pass()
+    cp.set_pipeline(pipe)
+    cp.set_bind_group(0, bind)
+    cp.dispatch_workgroups(1)
+    cp.end()
+    device.submit(enc)
+    out = device.read(buf, 0, 32).view(np.float32)
+    return bool(out[3] == 0 or out[4] == 0)
+
+
+def flushed(x):
+    return np.where(np.abs(x) < TINY, np.float32(0), x).astype(np.float32)
 
 
 def assert_ieee_close(actual, desired, msg, tiny=False):
@@ -42,25 +76,28 @@ def assert_ieee_close(actual, desired, msg, tiny=False):
     np.testing.assert_allclose(actual[fin], d, rtol=RTOL, atol=atol, err_msg=msg)
 
 
-def run_pair(a, b, pname, pf, gf, steps=4):
+def run_pair(a, b, pname, pf, gf, steps=4, flush_b=False):
+    """Optimizers ``a`` and ``b`` over the same params and grads (``b`` given them denormal-flushed if asked)."""
     rng = np.random.default_rng(0)
     params = {n: pf(rng, s) for n, s in SHAPES.items()}
-    a, b = a(params), b(params)
+    fb = (lambda d: {n: flushed(v) for n, v in d.items()}) if flush_b else (lambda d: d)
+    a, b = a(params), b(fb(params))
     for s in range(steps):
         g = {n: gf(rng, v.shape) for n, v in params.items()}
-        for o in (a, b):
+        for o, gg in ((a, g), (b, fb(g))):
             if hasattr(o, "update_hessian") and s % 2 == 0:  # Sophia-H: the same extreme values as estimates
-                o.update_hessian(g)
-            o.step(g)
+                o.update_hessian(gg)
+            o.step(gg)
     return a, b
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("pname,pf", PARAMS, ids=[p[0] for p in PARAMS])
 @pytest.mark.parametrize("rname,gf,tiny", ROWS, ids=[r[0] for r in ROWS])
-@pytest.mark.parametrize("gpu_cls,twin_cls,opts", [(g, t, sets[-1]) for g, t, sets, _ in TABLE], ids=case_id)
-def test_gpu_matches_twin_on_extreme_values(gpu_cls, twin_cls, opts, rname, gf, tiny, pname, pf, device):
-    gpu, twin = run_pair(lambda p: gpu_cls(p, **opts, device=device), lambda p: twin_cls(p, **opts), pname, pf, gf)
+@pytest.mark.parametrize("gpu_cls,twin_cls,opts", EXTREME_CASES, ids=case_id)
+def test_gpu_matches_twin_on_extreme_values(gpu_cls, twin_cls, opts, rname, gf, tiny, pname, pf, device, ftz):
+    gpu, twin = run_pair(lambda p: gpu_cls(p, **opts, device=device), lambda p: twin_cls(p, **opts), pname, pf, gf,
+                         flush_b=ftz)
     tiny = tiny or pname == "extreme params"
     for n in SHAPES:
         assert_ieee_close(gpu.params[n].numpy(), twin.params[n], f"{gpu_cls.__name__} {rname} param {n}", tiny)
@@ -69,6 +106,11 @@ def test_gpu_matches_twin_on_extreme_values(gpu_cls, twin_cls, opts, rname, gf, 
         for k, v in ts[n].items():
             if k != "step":
                 assert_ieee_close(gs[n][k], v, f"{gpu_cls.__name__} {rname} {k} of {n}", tiny)
+
+
+@pytest.fixture(scope="module")
+def ftz(device):
+    return flushes_denormals(device)
 
 
 TORCH = [("Adam", {}), ("Adam", {"amsgrad": True, "weight_decay": 0.1}), ("AdamW", {}), ("SGD", {"momentum": 0.9}),
