@@ -1,29 +1,21 @@
 """rlx_gpu: deep-learning optimizers as WGSL compute shaders on any WebGPU adapter.
 
-GPU optimizers: :class:`Adam`, :class:`AdamW`, :class:`SGD`, :class:`RMSprop`, :class:`Adagrad`,
-:class:`LAMB`, :class:`NAdamW`, :class:`RAdam`, :class:`QHAdamW`, :class:`Lion`, :class:`SophiaH`, :class:`Mars`, :class:`Adafactor`. NumPy twins with the same API: :mod:`rlx_gpu.reference`.
+GPU optimizers: :class:`Adam`, :class:`AdamW`, :class:`SGD`, :class:`RMSprop`, :class:`Adagrad`, :class:`LAMB`,
+:class:`NAdamW`, :class:`RAdam`, :class:`QHAdamW`, :class:`Lion`, :class:`SophiaH`, :class:`Mars`,
+:class:`Adafactor` (float32, float16 or bfloat16 parameters). NumPy twins with the same API: :mod:`rlx_gpu.reference`.
+Layers, each importing only those below it: ``core`` (pure Python), ``runtime`` (devices, transfers, arenas,
+WGSL sources, pipelines), ``engine`` (the Optimizer surface), ``optim`` (one declaration per optimizer), and the
+add-ons (:mod:`rlx_gpu.clip`, :mod:`rlx_gpu.amp`, :mod:`rlx_gpu.schedules`) and tools (``bench``, ``check``).
 """
 from . import reference, schedules
-from .adafactor import Adafactor
-from .adagrad import Adagrad
-from .adam import Adam, AdamW
 from .amp import GradScaler
-from .arena import DeviceTensor
 from .clip import clip_grad_norm, global_grad_clip_scale, l2_norm
-from .device import Device, DeviceLostError, NoAdapterError, adapters, get_device
-from .lamb import LAMB
-from .lion import Lion
-from .mars import Mars
-from .nadam import NAdamW
-from .optimizer import Optimizer
-from .qhadam import QHAdamW
-from .radam import RAdam
-from .rmsprop import RMSprop
-from .sgd import SGD
-from .sophia import SophiaH
+from .engine import Optimizer
+from .optim import (LAMB, SGD, Adafactor, Adagrad, Adam, AdamW, Lion, Mars, NAdamW, QHAdamW, RAdam, RMSprop,
+                    SophiaH)
+from .runtime import Device, DeviceLostError, DeviceTensor, NoAdapterError, adapters, get_device
 
-__version__ = "0.1.0"
-__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars", "Adafactor",
-           "Optimizer", "DeviceTensor", "clip_grad_norm", "global_grad_clip_scale", "l2_norm",
-           "GradScaler", "Device", "DeviceLostError", "NoAdapterError",
-           "adapters", "get_device", "reference"]
+__version__ = "0.2.0"
+__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars",
+           "Adafactor", "Optimizer", "DeviceTensor", "clip_grad_norm", "global_grad_clip_scale", "l2_norm",
+           "GradScaler", "Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device", "reference"]

@@ -3,7 +3,8 @@ rlx_gpu._validate wgpu|tint``): a native compiler that crashes or hangs on a fil
 10 KB shader of nested parentheses) must not take the caller down, and must not hide the other files' results.
 
 Input on stdin: one JSON object ``{"device": selector or null, "jobs": [{"label", "code", "entries", "constants",
-"bindings"}, ...]}``. Output on stdout, one JSON line each: first ``{"ready": true}`` or ``{"unavailable": why}``,
+"layouts": {entry: [[binding, read_only], ...]}}, ...]}`` (each entry point's layout: the bindings it uses, as the
+runtime gives it). Output on stdout, one JSON line each: first ``{"ready": true}`` or ``{"unavailable": why}``,
 then ``{"label", "errors": [message, ...]}`` per job as soon as it is done, so the parent knows which file a crash
 or a hang happened on.
 
@@ -21,10 +22,12 @@ def _open(validator: str, selector):
     if validator == "tint":
         os.environ["WGPU_BACKEND_TYPE"] = "Null"
         import wgpudawn as wgpu
-        return wgpu, wgpu.gpu.request_adapter_sync().request_device_sync()
+        adapter = wgpu.gpu.request_adapter_sync()
+        feats = [f for f in ("shader-f16",) if f in adapter.features]
+        return wgpu, adapter.request_device_sync(required_features=feats)
     import wgpu
 
-    from rlx_gpu.device import get_device
+    from rlx_gpu.runtime.device import get_device
     return wgpu, get_device(selector).device
 
 
@@ -32,12 +35,12 @@ def _check(wgpu, device, job) -> list:
     errors = []
     try:
         module = device.create_shader_module(code=job["code"], label=job["label"])
-        bgl = device.create_bind_group_layout(entries=[
-            {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
-             "buffer": {"type": "read-only-storage" if ro else "storage"}} for i, ro in job["bindings"]])
-        layout = device.create_pipeline_layout(bind_group_layouts=[bgl])
         for e in job["entries"]:
             try:
+                bgl = device.create_bind_group_layout(entries=[
+                    {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
+                     "buffer": {"type": "read-only-storage" if ro else "storage"}} for i, ro in job["layouts"][e]])
+                layout = device.create_pipeline_layout(bind_group_layouts=[bgl])
                 device.create_compute_pipeline(layout=layout, label=f"{job['label']}:{e}", compute={
                     "module": module, "entry_point": e, "constants": job["constants"]})
             except Exception as ex:  # a pipeline error (overrides, limits) for this entry point

@@ -23,7 +23,10 @@ import threading
 
 import numpy as np
 
-from ._sync import locked
+from .core.sync import locked
+from .engine import Optimizer
+from .runtime.device import get_device
+from .runtime.kernels import shipped_kernel
 
 __all__ = ["GradScaler"]
 
@@ -71,26 +74,35 @@ class GradScaler:
     def _attach(self, device):
         """Move the state to ``device`` (first GPU use); later steps must use the same device."""
         if self._buf is None:
-            from .kernels import get_kernel
             self._dev = device
             self._buf = device.buffer(32, "GradScaler", data=self._words())
-            self._update = get_kernel(device, "amp.wgsl", "update_scale")
+            self._update = shipped_kernel(device, "amp.wgsl", "update_scale")
             self._update_bind = self._update.bind({"scaler": self._buf})
         elif device.device is not self._dev.device:
             raise ValueError(f"GradScaler: its state lives on {self._dev.name}; cannot step an optimizer on "
                              f"{device.name}")
 
-    def _encode_update(self, encoder) -> None:
-        """Record the update() still pending (torch's rule on the device) into ``encoder`` (a step's pass)."""
+    # -- the device loss-scale protocol an optimizer's step uses (rlx_gpu/engine/steps.py) ------------------
+    @property
+    def buffer(self):
+        """The device buffer of the state: word 0 the scale (float32), word 2 the found-inf flag."""
+        return self._buf
+
+    def encode_pending(self, recorder) -> None:
+        """Record the update() still pending (torch's rule on the device) at the start of a step's pass."""
         if self._pending_update:
-            self._update.dispatch(encoder, self._update_bind, 1)
-            self._pending_update = False
+            self._update.dispatch(recorder, self._update_bind, 1)
+
+    def committed(self) -> None:
+        """The step that recorded the pending update() was submitted (a step that fails leaves it pending)."""
+        self._pending_update = False
 
     def _flush(self) -> None:
         if self._pending_update:
             enc = self._dev.device.create_command_encoder()
-            self._encode_update(enc)
+            self.encode_pending(enc)
             self._dev.submit(enc)
+            self.committed()
 
     def _read(self):
         """Host copies of the state from the device buffer."""
@@ -124,7 +136,6 @@ class GradScaler:
         that runs on the device and scales its loss gradient there, so that no step waits for the host.
         ``device``: where to keep the state if no optimizer has been stepped yet (default: rlx_gpu's device)."""
         if self._buf is None:
-            from .device import get_device
             self._attach(get_device(device))
         self._bound = True  # from now on update() dispatches its kernel at once (one more submit per step)
         return {"buffer": self._buf, "offset": 0, "size": 4}
@@ -134,14 +145,14 @@ class GradScaler:
         """Unscale inside the kernels and step, or skip the whole step if any grad is inf or NaN."""
         if not self._enabled:
             return optimizer.step(grads)
-        from .optimizer import Optimizer
         if isinstance(optimizer, Optimizer):
             self._attach(optimizer.device)
-            optimizer._step(grads, 1.0, check=True, scaler=self)
+            optimizer.step(grads, loss_scale=self)
         else:
             if self._buf is not None:
                 raise ValueError("GradScaler: its state lives on a GPU device; use a separate scaler for twins")
-            if not optimizer._step(grads, float(1.0 / np.float64(self._scale)), check=True):
+            optimizer.step(grads, loss_scale=float(self._scale))
+            if optimizer.last_step_skipped:
                 self._found_inf = True
         self._steps += 1
         return None

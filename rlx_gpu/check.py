@@ -30,25 +30,13 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import kernels
+from .check_sources import Diagnostic, Source, collect, load, shipped  # noqa: F401 (load, shipped: public)
 
 VALIDATORS = ("naga-cli", "wgpu", "tint")
 NAGA_TARGETS = (("spv", "SPIR-V"), ("metal", "MSL"), ("hlsl", "HLSL"))
 _CODESPAN = re.compile(r"┌─\s*(?:[^\s:]*):(\d+):(\d+)")   # naga: "┌─ wgsl:12:5" or "┌─ path/x.wgsl:12:5"
 _TINT = re.compile(r"(?m)(?:^|\s)[^\s:]*:(\d+):(\d+)\s+error:\s*(.*)$")  # tint: ":12:5 error: message"
 _OVERRIDE = re.compile(r"^(\s*override\s+(\w+)\s*:\s*(\w+)\s*=\s*)([^;]+)(;.*)$")
-
-
-@dataclass
-class Diagnostic:
-    file: str
-    line: int | None
-    column: int | None
-    message: str
-    target: str | None = None  # naga-cli: the translation that failed (SPIR-V, MSL, HLSL, GLSL)
-
-    def where(self) -> str:
-        return self.file + (f":{self.line}:{self.column}" if self.line else "")
 
 
 @dataclass
@@ -60,43 +48,6 @@ class Result:
     reason: str | None = None
 
 
-@dataclass
-class Source:
-    path: Path
-    code: str
-    origin: list  # output line -> (file, line)
-    entries: list
-    constants: dict
-
-    def locate(self, line, col, message, target=None) -> Diagnostic:
-        if line is not None and 1 <= line <= len(self.origin):
-            f, ln = self.origin[line - 1]
-            return Diagnostic(f, ln, col, message.strip(), target)
-        return Diagnostic(str(self.path), None, None, message.strip(), target)
-
-
-def runtime_constants() -> dict:
-    """``shader file -> override constants`` exactly as the package's runtime sets them."""
-    from . import bench
-    from .optimizer import Optimizer
-
-    out, todo = {}, list(Optimizer.__subclasses__())
-    while todo:
-        cls = todo.pop()
-        todo += cls.__subclasses__()
-        if cls.shader:
-            out.setdefault(cls.shader, {"WG": cls.WG, "EPT": cls.EPT, **cls.constants})
-    wg, ept = bench.COPY_VARIANTS[0]
-    out["copy.wgsl"] = {"WG": wg, "EPT": ept}
-    out["clip.wgsl"] = {"WG": Optimizer.CLIP_SHAPE[0], "EPT": Optimizer.CLIP_SHAPE[1], "BPW": Optimizer.CLIP_BPW}
-    return out
-
-
-def load(path: Path, constants: dict) -> Source:
-    code, origin = kernels.resolve(path, (kernels.shader_dir(),))
-    return Source(path, code, origin, kernels.entry_points(code), constants)
-
-
 def with_defaults(code: str, constants: dict) -> str:
     """The source with each override's default set to the runtime's constant (for tools that take none)."""
     lines = []
@@ -104,7 +55,10 @@ def with_defaults(code: str, constants: dict) -> str:
         m = _OVERRIDE.match(ln)
         if m and m.group(2) in constants:
             v = constants[m.group(2)]
-            lit = f"{int(v)}u" if m.group(3) == "u32" else (f"{int(v)}i" if m.group(3) == "i32" else repr(float(v)))
+            if m.group(3) == "bool":
+                lit = "true" if v else "false"
+            else:
+                lit = f"{int(v)}u" if m.group(3) == "u32" else (f"{int(v)}i" if m.group(3) == "i32" else repr(float(v)))
             ln = m.group(1) + lit + m.group(5)
         lines.append(ln)
     return "\n".join(lines)
@@ -136,7 +90,7 @@ def naga_executable() -> tuple[str | None, str | None]:
 def check_naga_cli(sources: list, timeout: float) -> list:
     exe, why = naga_executable()
     if exe is None:
-        return [Result(str(s.path), "naga-cli", "unavailable", reason=why) for s in sources]
+        return [Result(s.name, "naga-cli", "unavailable", reason=why) for s in sources]
     results = []
     with tempfile.TemporaryDirectory(prefix="rlx-gpu-naga-") as tmp:
         for s in sources:
@@ -163,14 +117,14 @@ def check_naga_cli(sources: list, timeout: float) -> list:
                     diags.append(s.locate(line, col, _naga_message(text), None if target == "validate" else target))
                     if target == "validate":
                         break  # translations of an invalid module would only repeat the error
-            results.append(Result(str(s.path), "naga-cli", "fail" if diags else "pass", diags))
+            results.append(Result(s.name, "naga-cli", "fail" if diags else "pass", diags))
     return results
 
 
 # -- the in-process compilers (naga inside wgpu-native, Tint), each in a child process ---------------------------
 def _job(s: Source) -> dict:
-    return {"label": s.path.name, "code": s.code, "entries": s.entries, "constants": s.constants,
-            "bindings": sorted(kernels.bindings(s.code).values())}
+    return {"label": s.label, "code": s.code, "entries": s.entries, "constants": s.constants,
+            "layouts": {e: s.layouts[e] for e in s.entries}}
 
 
 def _diagnostics(validator: str, s: Source, errors: list) -> list:
@@ -238,27 +192,27 @@ def check_in_child(validator: str, sources: list, device_sel=None, timeout: floa
                 why = first.get("unavailable") if isinstance(first, dict) else (
                     "it did not start in time" if first == "timeout" else f"it could not start ({why_dead()})")
                 for s in todo:
-                    results[s.path] = Result(str(s.path), validator, "unavailable", reason=why)
+                    results[id(s)] = Result(s.name, validator, "unavailable", reason=why)
                 break
             rest = []
             for k, s in enumerate(todo):
                 msg = next_message(timeout)
                 if isinstance(msg, dict):
                     diags = _diagnostics(validator, s, msg["errors"])
-                    results[s.path] = Result(str(s.path), validator, "fail" if diags else "pass", diags)
+                    results[id(s)] = Result(s.name, validator, "fail" if diags else "pass", diags)
                     continue
                 if msg == "timeout":
                     proc.kill()
                     text = f"the {validator} validator did not finish this file in {timeout:g} s"
                 else:
                     text = f"the {validator} validator crashed on this file ({why_dead()})"
-                results[s.path] = Result(str(s.path), validator, "fail", [s.locate(None, None, text)])
+                results[id(s)] = Result(s.name, validator, "fail", [s.locate(None, None, text)])
                 rest = todo[k + 1:]
                 break
             proc.kill()
             proc.wait()
             todo = rest
-    return [results[s.path] for s in sources if s.path in results]
+    return [results[id(s)] for s in sources if id(s) in results]
 
 
 def check_wgpu(sources: list, device_sel, timeout: float = 60.0) -> list:
@@ -269,35 +223,14 @@ def check_tint(sources: list, timeout: float = 60.0) -> list:
     import importlib.util
     if importlib.util.find_spec("wgpudawn") is None:
         why = "wgpudawn is not installed (pip install rlx_gpu[check], or pip install wgpudawn)"
-        return [Result(str(s.path), "tint", "unavailable", reason=why) for s in sources]
+        return [Result(s.name, "tint", "unavailable", reason=why) for s in sources]
     return check_in_child("tint", sources, None, timeout)
 
 
 # -- the command ----------------------------------------------------------------------------------------
-def collect(paths: list) -> list:
-    """Files to check: the given files and the .wgsl files in given folders; none given = the shipped ones."""
-    if not paths:
-        consts = runtime_constants()
-        return [(p, consts.get(p.name, {})) for p in sorted(kernels.shader_dir().glob("*.wgsl"))]
-    out = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            out += [(f, {}) for f in sorted(p.glob("*.wgsl"))]
-        elif p.is_file():
-            out.append((p, {}))
-        else:
-            raise FileNotFoundError(raw)
-    return out
-
-
 def run(paths, validators, device=None, timeout=60.0) -> list:
-    sources, results = [], []
-    for path, consts in collect(paths):
-        try:
-            sources.append(load(path, consts))
-        except (FileNotFoundError, UnicodeDecodeError, ValueError) as e:  # ValueError: an include loop
-            results += [Result(str(path), v, "fail", [Diagnostic(str(path), None, None, str(e))]) for v in validators]
+    sources, failed = collect(paths)
+    results = [Result(str(p), v, "fail", [Diagnostic(str(p), None, None, msg)]) for p, msg in failed for v in validators]
     for v in validators:
         if v == "naga-cli":
             results += check_naga_cli(sources, timeout)

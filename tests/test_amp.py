@@ -151,7 +151,7 @@ def test_skip_nonfinite_pipelined_outcomes(device):
         g = make_grads(params, rng)
         if s in (0, 1, 4):  # the momentum buffer is seeded by the first step that is applied
             g["t0"][0, s % 3] = np.inf
-        outcomes.append(gpu._step(g, 1.0, check=True))
+        outcomes.append(gpu._step(g, check=True))
         twin.step(g)
     assert [o.settled for o in outcomes] == [True] * 4 + [False] * 2
     assert [o.skipped for o in outcomes] == [True, True, False, False, True, False]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlx_gpu import check, kernels
+from rlx_gpu import check, check_sources
+from rlx_gpu.runtime import source as kernels
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 WGSL = FIX / "wgsl"
@@ -37,10 +38,16 @@ def cli(*args, env=None, timeout=300):
                           timeout=timeout, env=env)
 
 
+def test_every_shipped_file_is_in_a_checked_module():
+    """With no paths, the modules the runtime generates are checked; every shipped file is part of one."""
+    covered = {Path(f).name for s in check_sources.shipped() for f, _ in s.origin if f != "<generated>"}
+    assert covered == {p.name for p in kernels.shader_dir().glob("*.wgsl")}
+
+
 @pytest.mark.gpu
 def test_shipped_shaders_pass_wgpu():
     res = check.run([], ["wgpu"])
-    assert {Path(r.file).name for r in res} == {p.name for p in kernels.shader_dir().glob("*.wgsl")}
+    assert len(res) == len(check_sources.shipped())
     assert all(r.status == "pass" for r in res), check.report(res)
 
 
@@ -52,10 +59,10 @@ def test_shipped_shaders_pass_tint():
 
 def test_runtime_constants_are_the_ones_the_optimizers_use():
     import rlx_gpu
-    consts = check.runtime_constants()
-    for cls in (rlx_gpu.Adam, rlx_gpu.SGD, rlx_gpu.RMSprop, rlx_gpu.Adagrad, rlx_gpu.LAMB):
-        assert consts[cls.shader] == {"WG": cls.WG, "EPT": cls.EPT, **cls.constants}
-    text = check.with_defaults(kernels.load_source("adam.wgsl"), {"WG": 128, "EPT": 3})
+    by_label = {s.label: s for s in check_sources.shipped()}
+    for cls in (rlx_gpu.Adam, rlx_gpu.SGD, rlx_gpu.RMSprop, rlx_gpu.Adagrad, rlx_gpu.LAMB, rlx_gpu.Adafactor):
+        assert by_label[f"{cls.__name__} (float32)"].constants == {"WG": cls.WG, "EPT": cls.EPT, **cls.constants}
+    text = check.with_defaults(kernels.load_source("engine.wgsl"), {"WG": 128, "EPT": 3})
     assert "override WG: u32 = 128u;" in text and "override EPT: u32 = 3u;" in text
 
 
@@ -112,17 +119,19 @@ def fake_naga(tmp_path, monkeypatch):
 
 def test_naga_cli_success_validates_and_translates(fake_naga):
     exe, log = fake_naga
-    src = check.load(kernels.shader_dir() / "lamb.wgsl", {"WG": 128, "EPT": 3})
+    lamb = next(s for s in check_sources.shipped() if s.label == "LAMB (float32)")
+    src = check_sources.Source(lamb.path, lamb.code, lamb.origin, lamb.entries, {"WG": 128, "EPT": 3}, lamb.label)
     (res,) = check.check_naga_cli([src], 10)
     assert res.status == "pass", check.report([res])
     calls = log.read_text().splitlines()
     assert len(calls) == 1 + 3 + 3  # validate; SPIR-V, MSL, HLSL; GLSL per entry point
     outs = [c.split()[1] for c in calls[1:]]
     assert [Path(o).suffix for o in outs[:3]] == [".spv", ".metal", ".hlsl"]
-    assert {c.split("--entry-point ")[1].split()[0] for c in calls[4:]} == {"moments", "trust_ratio", "apply"}
+    assert {c.split("--entry-point ")[1].split()[0] for c in calls[4:]} == {"pass_moments", "pass_trust_ratio",
+                                                                             "pass_apply"}
     assert Path(calls[0].split()[0]).name == "lamb.wgsl"
-    seen = Path(str(log) + ".src").read_text()  # includes resolved, the given constants written in
-    assert "override WG: u32 = 128u;" in seen and "override EPT: u32 = 3u;" in seen and "---- begin common.wgsl ----" in seen
+    seen = Path(str(log) + ".src").read_text()  # the generated module, the given constants written in
+    assert "override WG: u32 = 128u;" in seen and "override EPT: u32 = 3u;" in seen and "---- begin engine.wgsl ----" in seen
 
 
 def test_naga_cli_failure_maps_line(fake_naga, monkeypatch):

@@ -72,7 +72,7 @@ def test_format_readable_with_numpy_alone(tmp_path, device):
     z = np.load(tmp_path / "c.npz", allow_pickle=False)
     meta = json.loads(bytes(z["__meta__"]))
     assert meta["class"] == "Adam" and meta["param_groups"][0]["lr"] == 0.01 and meta["param_groups"][0]["amsgrad"]
-    assert meta["version"] == 2 and meta["names"] == ["t0", "t1"]
+    assert meta["version"] == 3 and meta["names"] == ["t0", "t1"] and meta["dtypes"] == ["float32", "float32"]
     assert set(z.files) >= {"param/0", "state/0/exp_avg", "state/1/max_exp_avg_sq"}
     np.testing.assert_array_equal(z["param/0"], opt.params["t0"].numpy())
     again = rlx_gpu.Optimizer.load(tmp_path / "c.npz", device=device)  # the base class picks the class
@@ -185,7 +185,7 @@ def test_restore_applies_the_saved_lr_scale(tmp_path, twin, device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("twin", [False, True], ids=["gpu", "twin"])
 def test_step_counts_past_the_limit_are_refused_and_counters_saturate(tmp_path, twin, device):
-    from rlx_gpu._groups import MAX_STEP
+    from rlx_gpu.core.groups import MAX_STEP
     kw = {} if twin else {"device": device}
     cls = rlx_gpu.reference.AdamW if twin else rlx_gpu.AdamW
     p, g = {"w": np.ones(3, np.float32)}, {"w": np.ones(3, np.float32)}

@@ -111,7 +111,7 @@ def test_flat_reduction_over_chunks(device):
     params = make_params([(300, 100), 5000, (70, 70), 3], seed=9)
     gpu = rlx_gpu.AdamW(params, clip_grad_norm=0.3, skip_nonfinite=True, device=small)
     twin = rlx_gpu.reference.AdamW(params, clip_grad_norm=0.3, skip_nonfinite=True)
-    assert gpu.layout.num_chunks >= 3 and len(gpu.layout.pieces[0]) > 1  # t0 is split over chunks
+    assert gpu.buckets[0].layout.num_chunks >= 3 and len(gpu.buckets[0].layout.pieces[0]) > 1  # t0 is split over chunks
     rng = np.random.default_rng(10)
     for s in range(5):
         g = make_grads(params, rng, drop={"t2"} if s == 1 else ())

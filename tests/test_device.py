@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import rlx_gpu
-from rlx_gpu import device as devmod
-from rlx_gpu import kernels
+from rlx_gpu import check_sources
+from rlx_gpu.runtime import device as devmod
+from rlx_gpu.runtime import kernels, source
 from helpers import assert_same, make_grads, make_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,21 +54,24 @@ def test_env_variable_picks_adapter():
 
 
 def test_no_adapter_error_says_how_to_get_one(monkeypatch):
-    monkeypatch.setattr(devmod, "_enumerate", lambda: [])
+    from rlx_gpu.runtime import discovery as adapmod
+    monkeypatch.setattr(adapmod, "_enumerate", lambda: [])
     monkeypatch.setattr(devmod, "_cache", {})
     with pytest.raises(rlx_gpu.NoAdapterError, match="apt-get install -y libvulkan1 mesa-vulkan-drivers"):
         rlx_gpu.get_device()
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", kernels.shader_files(), ids=lambda p: p.name)
-def test_every_shader_compiles(path, device):
-    src = kernels.load_source(path.name)
-    entries = kernels.entry_points(src)
-    assert entries, f"{path.name} has no compute entry point"
-    consts = {k: v for k, v in {"WG": 64, "EPT": 1}.items() if f"override {k}:" in src}  # those it declares
-    for e in entries:
-        k = kernels.get_kernel(device, path.name, e, **consts)
+@pytest.mark.parametrize("src", check_sources.shipped(), ids=lambda s: s.label)
+def test_every_shader_compiles(src, device):
+    """Every module the runtime generates (each optimizer in three precisions, the engine's reductions and gate)
+    and every stand-alone shader, with other workgroup shapes than the runtime's."""
+    assert src.entries, f"{src.label} has no compute entry point"
+    consts = dict(src.constants, **{k: v for k, v in {"WG": 64, "EPT": 1}.items() if f"override {k}:" in src.code})
+    if "enable f16;" in src.code and not device.native_f16:
+        pytest.skip("the adapter has no shader-f16")
+    for e in src.entries:
+        k = kernels.get_kernel(device, src.label, src.code, e, **consts)
         assert k.pipeline is not None
 
 
@@ -76,24 +80,24 @@ def test_shader_error_names_the_file(tmp_path, monkeypatch, device):
     (tmp_path / "broken.wgsl").write_text(
         "@group(0) @binding(0) var<storage, read_write> x: array<f32>;\n"
         "@compute @workgroup_size(64) fn step() { x[0] = undefined_thing; }\n")
-    monkeypatch.setattr(kernels, "shader_dir", lambda: tmp_path)
-    kernels.load_source.cache_clear()
+    monkeypatch.setattr(source, "shader_dir", lambda: tmp_path)
+    source.load_source.cache_clear()
     try:
         with pytest.raises(RuntimeError, match="(?s)shader .broken.wgsl.*undefined_thing"):
-            kernels.Kernel(device, "broken.wgsl", "step", {})
+            kernels.shipped_kernel(device, "broken.wgsl", "step")
     finally:
-        kernels.load_source.cache_clear()
+        source.load_source.cache_clear()
 
 
 def test_missing_include_fails_loudly(tmp_path, monkeypatch):
     (tmp_path / "a.wgsl").write_text('// #include "nope.wgsl"\n')
-    monkeypatch.setattr(kernels, "shader_dir", lambda: tmp_path)
-    kernels.load_source.cache_clear()
+    monkeypatch.setattr(source, "shader_dir", lambda: tmp_path)
+    source.load_source.cache_clear()
     try:
         with pytest.raises(FileNotFoundError, match="'nope.wgsl' not found"):
-            kernels.load_source("a.wgsl")
+            source.load_source("a.wgsl")
     finally:
-        kernels.load_source.cache_clear()
+        source.load_source.cache_clear()
 
 
 @pytest.mark.gpu
@@ -110,7 +114,7 @@ def test_tensors_split_over_chunks(cls_name, opts, device):
     small = device.with_binding_cap(64 * 1024)   # 16384 floats per chunk
     params = make_params([100, 40000, 3, 16384, 16383, 50000, 7], seed=11)
     gpu = getattr(rlx_gpu, cls_name)(params, **opts, device=small)
-    assert gpu.layout.num_chunks > 5
+    assert gpu.buckets[0].layout.num_chunks > 5
     assert len(gpu.params["t1"].bindings()) == 3
     with pytest.raises(ValueError, match="split into 3 pieces"):
         gpu.params["t1"].binding()
@@ -145,7 +149,7 @@ def test_grid_past_65535_workgroups(device):
     n = 65535 * 256 + 1
     p = np.linspace(-1, 1, n, dtype=np.float32)
     opt = small_blocks({"w": p}, lr=0.5, momentum=0.9, device=device)
-    assert len(opt.layout.blocks[0]) == 65536 and kernels.grid(65536, device.max_workgroups)[1] == 2
+    assert len(opt.buckets[0].layout.blocks[0]) == 65536 and kernels.grid(65536, device.max_workgroups)[1] == 2
     g = np.ones(n, np.float32)
     opt.step({"w": g})
     opt.step({"w": g})
@@ -193,7 +197,7 @@ def test_wheel_ships_shaders(tmp_path):
     assert shipped == {p.name for p in (ROOT / "shaders").glob("*.wgsl")}
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
-    code = "import rlx_gpu.kernels as k; print(k.shader_dir())"
+    code = "import rlx_gpu.runtime.source as k; print(k.shader_dir())"
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(target)),
                        capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == str(target / "rlx_gpu" / "shaders"), r.stderr

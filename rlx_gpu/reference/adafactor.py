@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .._numerics import norm32, py_max, sum32, sumsq32
+from ..core.numerics import norm32, py_max, sum32, sumsq32
 from .adam import lerp
 from .base import F32, ReferenceOptimizer
 
@@ -40,11 +40,9 @@ class Adafactor(ReferenceOptimizer):
     relative step size capped by lr, update clipping at RMS d."""
     defaults = dict(lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False)
     all_state_names = ("row_var", "col_var", "variance")
+    aux_states = all_state_names  # kept in float32 whatever state_dtype says: they are O(rows + cols), or the unfactored
+    #                               second moment, which the GPU class keeps beside the factored ones
 
-    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay,
-                         maximize=maximize)
 
     @classmethod
     def check(cls, group):

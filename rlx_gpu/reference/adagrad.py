@@ -17,11 +17,6 @@ class Adagrad(ReferenceOptimizer):
     all_state_names = ("sum",)
     eager_state = ("sum",)
 
-    def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10,
-                 maximize=False, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
-                         initial_accumulator_value=initial_accumulator_value, eps=eps, maximize=maximize)
 
     @classmethod
     def init_value(cls, state, group):

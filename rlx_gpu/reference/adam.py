@@ -25,11 +25,6 @@ class Adam(ReferenceOptimizer):
     all_state_names = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
     decoupled = False
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False,
-                 maximize=False, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                         maximize=maximize)
 
     @classmethod
     def state_names(cls, group):
@@ -61,8 +56,3 @@ class AdamW(Adam):
     defaults = dict(Adam.defaults, weight_decay=1e-2)
     decoupled = True
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False,
-                 maximize=False, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                         maximize=maximize)

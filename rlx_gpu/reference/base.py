@@ -1,8 +1,12 @@
 """The NumPy twin's base class: the readable specification every GPU optimizer is tested against.
 
-A twin subclass gives ``defaults``, the names of its state buffers, and ``_update``: the update rule for
-one tensor, in float32 NumPy, in torch.optim's order of operations. Everything else (param groups,
-validation, missing grads, state dicts) lives here and in :mod:`rlx_gpu._groups`, shared with the GPU side.
+A twin subclass gives ``defaults``, the names of its state buffers, and ``_update``: the update rule for one
+tensor, in float32 NumPy, in the reference implementation's order of operations. Everything else lives here and
+in :mod:`rlx_gpu.core`, shared with the GPU classes: parameter groups, the shared options, validation, missing
+grads, clipping, the inf/NaN skip, state dicts, checkpoints, and precision. Parameters may be float16 or bfloat16:
+``_update`` always sees float32 working copies (the float32 master copy with ``master_weights``), states kept in
+``state_dtype`` are widened before and rounded to nearest even after, and the parameter is stored rounded to
+nearest even or stochastically, exactly as the kernels do (:mod:`rlx_gpu.core.lowp`).
 """
 from __future__ import annotations
 
@@ -11,11 +15,15 @@ import threading
 
 import numpy as np
 
-from .._groups import MAX_STEP, check_grads, check_state_dict, parse_params, resolve_lr_scale, scaled, validate_group
-from .._sync import locked
-from ..checkpoint import Checkpointable
+from ..core import options as shared
+from ..core.checkpoint import Checkpointable
+from ..core.groups import MAX_STEP, check_grads, check_state_dict, parse_params, resolve_lr_scale, scaled, validate_group
+from ..core.lowp import DTYPES, F32 as F32_DT, dtype_of, element_bits, name_hash, round_rne, round_stochastic, step_key
+from ..core.numerics import clip_coef, host_total_norm
+from ..core.sync import locked
 
 F32 = np.float32
+MASTER = "master_param"
 
 
 class ReferenceOptimizer(Checkpointable):
@@ -27,8 +35,25 @@ class ReferenceOptimizer(Checkpointable):
     eager_state: tuple = ()
     #: States that are one number per tensor (0-d float32 arrays), kept on the host by the GPU class.
     scalar_states: tuple = ()
+    #: States of another shape kept in float32 (Adafactor's factored moments); the rest are param-shaped and kept in
+    #: ``state_dtype`` (the GPU class keeps them in arenas).
+    aux_states: tuple = ()
+    #: Hyperparameters that are learning rates (multiplied by ``lr_scale``).
+    lr_keys: tuple = ("lr",)
+    on_device = False
+    _classes: dict = {}
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        ReferenceOptimizer._classes.setdefault(cls.__name__, cls)
+        cls.__signature__ = shared.signature(cls.defaults, gpu=False)
 
     # -- the spec, shared with the GPU class ----------------------------------------------------
+    @classmethod
+    def typed_states(cls) -> tuple:
+        """The param-shaped state buffers (kept in ``state_dtype``; arenas on the GPU)."""
+        return tuple(s for s in cls.all_state_names if s not in cls.scalar_states + cls.aux_states)
+
     @classmethod
     def state_names(cls, group: dict) -> tuple:
         """The state buffers a tensor in ``group`` gets at its first step."""
@@ -53,33 +78,61 @@ class ReferenceOptimizer(Checkpointable):
         validate_group(cls.__name__, group, cls.defaults)
         cls.check(group)
 
+    @classmethod
+    def optimizer_classes(cls) -> dict:
+        return dict(ReferenceOptimizer._classes)
+
+    @classmethod
+    def hyperparameters(cls) -> dict:
+        return dict(cls.defaults)
+
+    @classmethod
+    def state_shape_of(cls, state: str, shape) -> tuple:
+        return tuple(shape) if state == MASTER else cls.state_shape(state, shape)
+
     # -- the twin ----------------------------------------------------------------------------
-    def __init__(self, params, lr_scale=None, clip_grad_norm=None, skip_nonfinite=False, **hyper):
+    def __init__(self, params, *args, **kwargs):
         name = type(self).__name__
         #: Serialises this optimizer's calls (re-entrant), as the GPU classes' lock.
         self.lock = threading.RLock()
         self._last_norm = None
+        hyper, opts = shared.split(name, type(self).defaults, args, kwargs, gpu=False)
         self.defaults = {**type(self).defaults, **hyper}
         self.param_groups, self.params = parse_params(name, params, self.defaults)
         #: Per-tensor multiplier of the group lr (``lr_scale=``).
-        self.lr_scale = resolve_lr_scale(name, lr_scale, list(self.params))
-        if clip_grad_norm is not None:
-            from ..clip import _check_max_norm
-            _check_max_norm(clip_grad_norm)
+        self.lr_scale = resolve_lr_scale(name, opts.pop("lr_scale"), list(self.params))
         #: Global L2-norm clip applied to each step's grads (None: off).
-        self.clip_grad_norm = clip_grad_norm
+        self.clip_grad_norm = opts.pop("clip_grad_norm")
         #: Skip a step whose grads hold inf or NaN (nothing changes; see ``last_step_skipped``).
-        self.skip_nonfinite = bool(skip_nonfinite)
+        self.skip_nonfinite = opts.pop("skip_nonfinite")
+        #: The precision options, as the GPU classes'.
+        self.precision = dict(opts)
         self.last_step_skipped = False
         for g in self.param_groups:
             self.validate(g)
         self._group_of = {n: i for i, g in enumerate(self.param_groups) for n in g["params"]}
-        self.grads = {n: np.zeros_like(a) for n, a in self.params.items()}
+        gd = DTYPES[opts["grad_dtype"]] if opts["grad_dtype"] else None
+        self._grad_dt = {n: (gd or dtype_of(p.dtype)) for n, p in self.params.items()}
+        self.grads = {n: np.zeros(p.shape, self._grad_dt[n].np) for n, p in self.params.items()}
+        self._state_dt = DTYPES[opts["state_dtype"]]
         self.state: dict = {}
         for n, p in self.params.items():
             g = self.param_groups[self._group_of[n]]
             for s in self.eager_state:
-                self.state.setdefault(n, {"step": 0})[s] = np.full(p.shape, self.init_value(s, g), F32)
+                self.state.setdefault(n, {"step": 0})[s] = self._new_state(s, p.shape, g)
+
+    @property
+    def options(self) -> dict:
+        return {"clip_grad_norm": self.clip_grad_norm, "skip_nonfinite": self.skip_nonfinite, **self.precision}
+
+    def _master(self, n) -> bool:
+        return self.precision["master_weights"] and self.params[n].dtype.itemsize == 2
+
+    def _state_dtype(self, state: str, name: str) -> np.dtype:
+        return self._state_dt.np if state in self.typed_states() else np.dtype(np.float32)
+
+    def _new_state(self, s, shape, group):
+        return np.full(self.state_shape(s, shape), self.init_value(s, group), F32).astype(self._state_dtype(s, ""))
 
     def set_lr(self, lr: float) -> None:
         """Set the learning rate of every param group."""
@@ -93,11 +146,14 @@ class ReferenceOptimizer(Checkpointable):
 
     @locked
     def write_params(self, params: dict) -> None:
-        """Overwrite several parameters (dict name -> float32 array), checked first (as the GPU classes)."""
+        """Overwrite several parameters (dict name -> array of the param's dtype), checked first (as the GPU
+        classes); master copies follow."""
         check_grads(type(self).__name__, params, {n: p.shape for n, p in self.params.items()}, call="write_params",
-                    noun="param")
+                    noun="param", dtypes={n: (self.params[n].dtype,) for n in params})
         for n, a in params.items():
             self.params[n][...] = a
+            if self._master(n) and n in self.state:
+                self.state[n][MASTER] = a.astype(F32)
 
     def last_grad_norm(self) -> float | None:
         """The total gradient norm the last step computed (NaN after a step skipped on inf/NaN); None when it
@@ -119,9 +175,11 @@ class ReferenceOptimizer(Checkpointable):
             g.fill(0)
 
     @locked
-    def step(self, grads=None) -> None:
-        """One step for every tensor in ``grads`` (default: every tensor, with ``self.grads``)."""
-        self._step(grads, 1.0, self.skip_nonfinite)
+    def step(self, grads=None, *, loss_scale: float | None = None) -> None:
+        """One step for every tensor in ``grads`` (default: every tensor, with ``self.grads``). ``loss_scale``: the
+        grads carry this factor (a GradScaler's); the step is then checked for inf/NaN."""
+        inv = 1.0 if loss_scale is None else float(1.0 / np.float64(loss_scale))
+        self._step(grads, inv, self.skip_nonfinite or loss_scale is not None)
 
     @locked
     def _step(self, grads, inv_scale: float, check: bool) -> bool:
@@ -134,20 +192,26 @@ class ReferenceOptimizer(Checkpointable):
         self.last_step_skipped = False
         for g in self.param_groups:
             self.validate(g)
-        grads = self.grads if grads is None else check_grads(name, grads, {n: p.shape for n, p in self.params.items()})
+        if grads is None:
+            grads = self.grads
+        else:
+            ok = {n: (self._grad_dt[n].np, (F32 if self._grad_dt[n].low else self.params[n].dtype)) for n in grads
+                  if n in self.params}
+            check_grads(name, grads, {n: p.shape for n, p in self.params.items()}, dtypes=ok)
+            grads = {n: np.asarray(g).astype(F32).astype(self._grad_dt[n].np) for n, g in grads.items()}  # slots
+        grads = {n: np.asarray(g).astype(F32) for n, g in grads.items()}
         if check:
-            self.last_step_skipped = not all(np.isfinite(np.asarray(g)).all() for g in grads.values())
+            self.last_step_skipped = not all(np.isfinite(g).all() for g in grads.values())
             if self.last_step_skipped:  # no norm taken: NaN if this step clips (as the GPU classes report)
                 self._last_norm = F32(np.nan) if self.clip_grad_norm is not None else None
                 return False
         if inv_scale != 1.0:
-            grads = {n: np.asarray(g, F32) * F32(inv_scale) for n, g in grads.items()}
+            grads = {n: g * F32(inv_scale) for n, g in grads.items()}
         self._last_norm = None
         if self.clip_grad_norm is not None:  # torch's clip_grad_norm_ over this step's grads, not in place
-            from ..clip import clip_coef, host_total_norm
             self._last_norm = host_total_norm(list(grads.values()))
             c = clip_coef(self._last_norm, self.clip_grad_norm)
-            grads = {n: np.asarray(g, F32) * c for n, g in grads.items()}
+            grads = {n: g * c for n, g in grads.items()}
         self._before_update(grads)
         for n, g in grads.items():
             group = self.param_groups[self._group_of[n]]
@@ -155,11 +219,38 @@ class ReferenceOptimizer(Checkpointable):
             fresh = set()
             for s in self.state_names(group):
                 if s not in st:
-                    st[s] = np.full(self.state_shape(s, self.params[n].shape), self.init_value(s, group), F32)
+                    st[s] = self._new_state(s, self.params[n].shape, group)
                     fresh.add(s)
+            if self._master(n) and MASTER not in st:
+                st[MASTER] = self.params[n].astype(F32)
             st["step"] = min(st["step"] + 1, MAX_STEP)  # saturates, never wraps
-            self._update(self.params[n], np.asarray(g, F32).copy(), st, scaled(group, self.lr_scale[n]), fresh)
+            self._apply(n, g.copy(), st, scaled(group, self.lr_scale[n], self.lr_keys), fresh)
         return True
+
+    def _apply(self, n, g, st, group, fresh) -> None:
+        """``_update`` on float32 working copies of the param and states, then the stores in their dtypes."""
+        p = self.params[n]
+        if p.dtype == F32 and self._state_dt.name == "float32":
+            self._update(p, g, st, group, fresh)  # all float32: in place
+            return
+        typed = [s for s in self.typed_states() if s in st and st[s].dtype != F32]
+        work = dict(st, **{s: st[s].astype(F32) for s in typed})
+        wp = st[MASTER] if MASTER in st else p.astype(F32)
+        self._update(wp, g, work, group, fresh)
+        for k, v in work.items():
+            st[k] = round_rne(v, self._state_dt) if k in typed else v
+        self._store_param(n, wp, st["step"])
+
+    def _store_param(self, n, wp, step) -> None:
+        p = self.params[n]
+        if p.dtype == F32:
+            return
+        d = dtype_of(p.dtype)
+        if self.precision["stochastic_rounding"] and MASTER not in self.state.get(n, {}):
+            bits = element_bits(step_key(self.precision["rounding_seed"], step, name_hash(n)), p.size)
+            p[...] = round_stochastic(wp.reshape(-1), d, bits).reshape(p.shape)
+        else:
+            p[...] = round_rne(wp, d)
 
     def _before_update(self, grads: dict) -> None:
         """Hook run once per step after every check passed, before the per-tensor updates."""
@@ -173,12 +264,25 @@ class ReferenceOptimizer(Checkpointable):
                 "param_groups": [dict(copy.deepcopy(g), params=list(g["params"])) for g in self.param_groups]}
 
     @locked
-    def load_state_dict(self, sd: dict) -> None:
+    def load_state_dict(self, sd: dict, cast: bool = False, params: dict | None = None) -> None:
         name = type(self).__name__
+        names = self.all_state_names + ((MASTER,) if any(self._master(n) for n in self.params) else ())
         state, hypers = check_state_dict(name, sd, self.param_groups, {n: p.shape for n, p in self.params.items()},
-                                         self.all_state_names, self.defaults, self.state_shape)
+                                         names, self.defaults, self.state_shape_of, self._state_dtype, cast)
         for h in hypers:
             self.check(h)
+        if params is not None:
+            if set(params) != set(self.params):
+                raise ValueError(f"{name}: params hold {sorted(params)}, expected {sorted(self.params)}")
+            if cast:
+                params = {n: np.asarray(a).astype(F32).astype(self.params[n].dtype) for n, a in params.items()}
+            try:
+                check_grads(name, params, {n: p.shape for n, p in self.params.items()}, call="load", noun="param",
+                            dtypes={n: (p.dtype,) for n, p in self.params.items()})
+            except TypeError as e:
+                raise ValueError(f"{e}; pass cast=True to convert") from None
+            for n, a in params.items():
+                self.params[n][...] = a
         for g, h in zip(self.param_groups, hypers):
             g.update(h)
         self._last_norm = None

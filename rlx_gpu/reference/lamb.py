@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._numerics import norm32
+from ..core.numerics import norm32
 from .adam import lerp
 from .base import F32, ReferenceOptimizer
 
@@ -20,11 +20,6 @@ class LAMB(ReferenceOptimizer):
     defaults = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, bias_correction=True, maximize=False)
     all_state_names = ("exp_avg", "exp_avg_sq")
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, bias_correction=True,
-                 maximize=False, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                         bias_correction=bias_correction, maximize=maximize)
 
     def _update(self, p, g, st, group, fresh):
         (b1, b2), t = group["betas"], st["step"]

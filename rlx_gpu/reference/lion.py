@@ -14,9 +14,6 @@ class Lion(ReferenceOptimizer):
     defaults = dict(lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0)
     all_state_names = ("exp_avg",)
 
-    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, weight_decay=weight_decay)
 
     def _update(self, p, g, st, group, fresh):
         lr, (b1, b2), wd = group["lr"], group["betas"], group["weight_decay"]

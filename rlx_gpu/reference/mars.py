@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .._numerics import norm32
+from ..core.numerics import norm32
 from .base import F32, ReferenceOptimizer
 
 
@@ -22,12 +22,8 @@ class Mars(ReferenceOptimizer):
     defaults = dict(lr=3e-3, betas=(0.95, 0.99), eps=1e-8, weight_decay=0.0, gamma=0.025, lr_1d=3e-3,
                     betas_1d=(0.9, 0.95), weight_decay_1d=0.1)
     all_state_names = ("exp_avg", "exp_avg_sq", "last_grad")
+    lr_keys = ("lr", "lr_1d")
 
-    def __init__(self, params, lr=3e-3, betas=(0.95, 0.99), eps=1e-8, weight_decay=0.0, gamma=0.025, lr_1d=3e-3,
-                 betas_1d=(0.9, 0.95), weight_decay_1d=0.1, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, gamma=gamma, lr_1d=lr_1d,
-                         betas_1d=betas_1d, weight_decay_1d=weight_decay_1d)
 
     def _update(self, p, g, st, group, fresh):
         t, eps = st["step"], group["eps"]

@@ -23,11 +23,6 @@ class NAdamW(ReferenceOptimizer):
     all_state_names = ("exp_avg", "exp_avg_sq", "mu_product")
     scalar_states = ("mu_product",)
 
-    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, momentum_decay=4e-3,
-                 maximize=False, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                         momentum_decay=momentum_decay, maximize=maximize)
 
     @classmethod
     def init_value(cls, state, group):

@@ -23,9 +23,6 @@ class QHAdamW(ReferenceOptimizer):
     defaults = dict(lr=1e-3, betas=(0.9, 0.999), nus=(1.0, 1.0), eps=1e-8, weight_decay=0.0)
     all_state_names = ("exp_avg", "exp_avg_sq")
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), nus=(1.0, 1.0), eps=1e-8, weight_decay=0.0, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, nus=nus, eps=eps, weight_decay=weight_decay)
 
     def _update(self, p, g, st, group, fresh):
         lr, (b1, b2), (nu1, nu2), eps, wd = (group[k] for k in ("lr", "betas", "nus", "eps", "weight_decay"))

@@ -33,11 +33,6 @@ class RAdam(ReferenceOptimizer):
                     maximize=False)
     all_state_names = ("exp_avg", "exp_avg_sq")
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled_weight_decay=False,
-                 maximize=False, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                         decoupled_weight_decay=decoupled_weight_decay, maximize=maximize)
 
     def _update(self, p, g, st, group, fresh):
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]

@@ -18,11 +18,6 @@ class RMSprop(ReferenceOptimizer):
     defaults = dict(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, maximize=False)
     all_state_names = ("square_avg", "momentum_buffer", "grad_avg")
 
-    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False,
-                 maximize=False, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                         centered=centered, maximize=maximize)
 
     @classmethod
     def state_names(cls, group):

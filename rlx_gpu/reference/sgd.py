@@ -14,11 +14,6 @@ class SGD(ReferenceOptimizer):
     defaults = dict(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False)
     all_state_names = ("momentum_buffer",)
 
-    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
-                 maximize=False, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                         nesterov=nesterov, maximize=maximize)
 
     @classmethod
     def check(cls, group):

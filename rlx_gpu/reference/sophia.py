@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._groups import check_grads
-from .._sync import locked
+from ..core.groups import check_grads
+from ..core.sync import locked
 from .base import F32, ReferenceOptimizer
 
 
@@ -19,22 +19,23 @@ class SophiaH(ReferenceOptimizer):
     defaults = dict(lr=1e-4, betas=(0.965, 0.99), rho=0.04, eps=1e-15, weight_decay=0.1, maximize=False)
     all_state_names = ("exp_avg", "hessian")
 
-    def __init__(self, params, lr=1e-4, betas=(0.965, 0.99), rho=0.04, eps=1e-15, weight_decay=0.1, maximize=False, lr_scale=None, clip_grad_norm=None,
-                 skip_nonfinite=False):
-        super().__init__(params, lr_scale=lr_scale, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite, lr=lr, betas=betas, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize)
-
     @locked
     def update_hessian(self, estimates: dict) -> None:
-        """Fold Hutchinson estimates ``{name: u * (H u)}`` into the Hessian EMA: h = b2*h + (1-b2)*estimate."""
+        """Fold Hutchinson estimates ``{name: u * (H u)}`` into the Hessian EMA: h = b2*h + (1-b2)*estimate.
+        Estimates come as grads do (their slot's dtype or float32) and pass through a slot of the grads' dtype."""
         for g in self.param_groups:
             self.validate(g)
+        ok = {n: (self._grad_dt[n].np, F32 if self._grad_dt[n].low else self.params[n].dtype) for n in estimates
+              if n in self.params}
         check_grads(type(self).__name__, estimates, {n: p.shape for n, p in self.params.items()},
-                    call="update_hessian", noun="estimate")
+                    call="update_hessian", noun="estimate", dtypes=ok)
         for n, e in estimates.items():
+            e = np.asarray(e).astype(F32).astype(self._grad_dt[n].np).astype(F32)
             b2 = self.param_groups[self._group_of[n]]["betas"][1]
             st = self.state.setdefault(n, {"step": 0})
-            h = st.setdefault("hessian", np.zeros_like(self.params[n]))
-            h[...] = h * F32(b2) + F32(1 - b2) * np.asarray(e, F32)
+            h = st.setdefault("hessian", self._new_state("hessian", self.params[n].shape, None)).astype(F32)
+            h = h * F32(b2) + F32(1 - b2) * e
+            st["hessian"] = h.astype(self._state_dtype("hessian", n))
 
     def _update(self, p, g, st, group, fresh):
         lr, (b1, _), rho, eps, wd = (group[k] for k in ("lr", "betas", "rho", "eps", "weight_decay"))

@@ -1,0 +1,91 @@
+"""The bench's optimizers, precisions and parameter sets, and each row's minimum bytes moved per step."""
+from __future__ import annotations
+
+import numpy as np
+
+# name -> (class name, options, state element accesses per step (reads + writes), torch optimizer and options or
+# None). A row moves at least 2*param + grad + 2*master + accesses*state bytes per element; the exceptions are
+# named in extra_bytes().
+OPTIMIZERS = {
+    "adamw": ("AdamW", {}, 4, ("AdamW", {"fused": True})),
+    "adam": ("Adam", {}, 4, ("Adam", {"fused": True})),
+    "sgd": ("SGD", {"momentum": 0.9}, 2, ("SGD", {"momentum": 0.9, "fused": True})),
+    "rmsprop": ("RMSprop", {}, 2, ("RMSprop", {"foreach": True})),
+    "adagrad": ("Adagrad", {}, 2, ("Adagrad", {"foreach": True})),
+    # LAMB's own minimum is AdamW's; its three passes move one more param read and m, v reads (see BENCHMARKS.md)
+    "lamb": ("LAMB", {}, 4, None),
+    "nadamw": ("NAdamW", {}, 4, ("NAdam", {"foreach": True, "decoupled_weight_decay": True})),
+    "radam": ("RAdam", {}, 4, ("RAdam", {"foreach": True})),
+    "qhadamw": ("QHAdamW", {"nus": (0.7, 1.0)}, 4, None),
+    "lion": ("Lion", {}, 2, None),
+    "sophiah": ("SophiaH", {}, 3, None),   # m read+write, the Hessian EMA read
+    "mars": ("Mars", {}, 6, None),         # m, v, g_prev read+write
+    # factored moments are O(rows + cols); an unfactored tensor (< 2 dims) reads and writes its float32 second moment
+    "adafactor": ("Adafactor", {}, 0, ("Adafactor", {"foreach": True})),
+    # AdamW with the global-norm clip folded in: one more read of g. torch: clip_grad_norm_(foreach) + fused AdamW.
+    "adamw+clip": ("AdamW", {"clip_grad_norm": 1.0}, 4, ("AdamW", {"fused": True, "clip": 1.0})),
+    # AdamW stepped through GradScaler: the inf/NaN check reads g once more, the skip is decided on the device.
+    # torch: GradScaler + fused AdamW (its found_inf goes into the fused kernel; no sync either).
+    "adamw+scaler": ("AdamW", {"scaler": True}, 4, ("AdamW", {"fused": True, "scaler": True})),
+}
+DEFAULT_SETS = "single:67108864,gpt2-124m,gpt2-1.5b"
+# precision name -> (param dtype, grad dtype, state dtype, master weights)
+PRECISIONS = {
+    "fp32": ("float32", "float32", "float32", False),
+    "bf16": ("bfloat16", "bfloat16", "bfloat16", False),
+    "bf16-master": ("bfloat16", "bfloat16", "float32", True),
+    "f16": ("float16", "float16", "float16", False),
+    "f16-master": ("float16", "float16", "float32", True),
+}
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def gpt2_shapes(n_layer: int, d: int, vocab: int = 50257, ctx: int = 1024) -> list:
+    shapes = [("wte", (vocab, d)), ("wpe", (ctx, d))]
+    for i in range(n_layer):
+        h = f"h{i}."
+        shapes += [(h + "ln_1.weight", (d,)), (h + "ln_1.bias", (d,)),
+                   (h + "attn.c_attn.weight", (d, 3 * d)), (h + "attn.c_attn.bias", (3 * d,)),
+                   (h + "attn.c_proj.weight", (d, d)), (h + "attn.c_proj.bias", (d,)),
+                   (h + "ln_2.weight", (d,)), (h + "ln_2.bias", (d,)),
+                   (h + "mlp.c_fc.weight", (d, 4 * d)), (h + "mlp.c_fc.bias", (4 * d,)),
+                   (h + "mlp.c_proj.weight", (4 * d, d)), (h + "mlp.c_proj.bias", (d,))]
+    return shapes + [("ln_f.weight", (d,)), ("ln_f.bias", (d,))]
+
+
+def param_set(spec: str) -> list:
+    """``single:N`` (one tensor of N elements), ``gpt2-124m`` (148 tensors) or ``gpt2-1.5b`` (580 tensors)."""
+    if spec.startswith("single:"):
+        raw = spec.split(":", 1)[1]
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"bench: single:N needs a whole number of elements >= 1, got {raw!r}")
+        return [("w", (n,))]
+    if spec == "gpt2-124m":
+        return gpt2_shapes(12, 768)
+    if spec == "gpt2-1.5b":
+        return gpt2_shapes(48, 1600)
+    raise ValueError(f"bench: unknown param set {spec!r}; use single:N, gpt2-124m or gpt2-1.5b")
+
+
+def scale_shapes(shapes: list, f: float) -> list:
+    """Every tensor shrunk to ``f`` of its size (flattened), keeping the tensor count."""
+    return [(n, (max(1, int(np.prod(s) * f)),)) for n, s in shapes]
+
+
+def min_bytes(opt: str, precision: str, shapes: list) -> int:
+    """The bytes a step must move at least: params read and written, grads read, master copies read and written,
+    the optimizer's state accesses, and the gradient reads of a clip or an inf/NaN check."""
+    pd, gd, sd, master = PRECISIONS[precision]
+    ps, gs, ss = ITEMSIZE[pd], ITEMSIZE[gd], ITEMSIZE[sd]
+    per = 2 * ps + gs + (8 if master and ps == 2 else 0) + OPTIMIZERS[opt][2] * ss
+    if opt in ("adamw+clip", "adamw+scaler"):
+        per += gs
+    total = 0
+    for _, s in shapes:
+        n = int(np.prod(s))
+        total += n * (per + (8 if opt == "adafactor" and len(s) < 2 else 0))
+    return total

@@ -1,0 +1,124 @@
+"""What ``rlx-gpu check-shaders`` checks: WGSL sources with their origin maps, entry points and override constants.
+
+With no paths given, the package's shaders are checked exactly as the runtime compiles them: every optimizer's
+generated module for float32, bfloat16 with float32 master weights (16-bit values packed in u32 words) and float16
+(``shader-f16`` storage); the engine's gradient-norm reduction for each grad dtype and its checked-step gate; and
+the stand-alone shaders (the loss-scale update, the bench's copy). Each entry point is checked with the pipeline
+layout the runtime gives it: only the bindings it uses. Given paths, each ``.wgsl`` file is checked on its own
+(``// #include`` resolved next to it, then in the shipped folder).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .core.lowp import BF16, F16, F32
+from .runtime import source as src
+
+
+@dataclass
+class Diagnostic:
+    file: str
+    line: int | None
+    column: int | None
+    message: str
+    target: str | None = None  # naga-cli: the translation that failed (SPIR-V, MSL, HLSL, GLSL)
+
+    def where(self) -> str:
+        return self.file + (f":{self.line}:{self.column}" if self.line else "")
+
+
+@dataclass
+class Source:
+    path: Path     # the file the module is named after (its shader, or the user's file)
+    code: str
+    origin: list   # output line -> (file, line)
+    entries: list
+    constants: dict
+    label: str = ""  # e.g. "AdamW (bfloat16 + float32 master)"; the file name for a user's file
+    layouts: dict = field(default_factory=dict)  # entry point -> [(binding, read_only)] it uses
+
+    def __post_init__(self):
+        self.label = self.label or self.path.name
+        binds = src.bindings(self.code)
+        for e in self.entries:
+            self.layouts.setdefault(e, sorted(binds[n] for n in src.used_bindings(self.code, e)))
+
+    @property
+    def name(self) -> str:
+        """How results name this module: its file, and the variant for a generated one."""
+        return str(self.path) if self.label == self.path.name else f"{self.path} [{self.label}]"
+
+    def locate(self, line, col, message, target=None) -> Diagnostic:
+        if line is not None and 1 <= line <= len(self.origin):
+            f, ln = self.origin[line - 1]
+            if f == "<generated>":
+                f = f"{self.path} [{self.label}, generated line {ln}]"
+                ln = None
+            return Diagnostic(f, ln, col if ln else None, message.strip(), target)
+        return Diagnostic(str(self.path), None, None, message.strip(), target)
+
+
+def load(path: Path, constants: dict) -> Source:
+    """A user's file, includes resolved next to it and then in the shipped folder."""
+    code, origin = src.resolve(path, (src.shader_dir(),))
+    return Source(path, code, origin, src.entry_points(code), constants)
+
+
+SIGNATURES = (("float32", F32, F32, F32, False, False), ("bfloat16 + float32 master", BF16, BF16, F32, True, False),
+              ("float16", F16, F16, F16, False, True))
+
+
+def shipped() -> list:
+    """Every module the runtime compiles, generated as it generates them."""
+    from .bench.timing import COPY_VARIANTS
+    from .engine import Optimizer
+    from .engine.codegen import Signature, engine_text, optimizer_text
+    from .engine.reductions import ReduceMixin
+    from .optim import AdamW  # noqa: F401 (registers every optimizer class)
+
+    d = src.shader_dir()
+    out = []
+    for name, cls in sorted(Optimizer.optimizer_classes().items()):
+        entries = [p.kernel for p in cls.passes + cls.other_passes]
+        for label, pd, gd, sd, master, native in SIGNATURES:
+            t = optimizer_text(cls, Signature(pd, gd, sd, master, native))
+            out.append(Source(d / cls.shader, t.text(), t.origin, entries,
+                              {"WG": cls.WG, "EPT": cls.EPT, **cls.constants}, f"{name} ({label})"))
+    clip = {"WG": ReduceMixin.CLIP_SHAPE[0], "EPT": ReduceMixin.CLIP_SHAPE[1], "BPW": ReduceMixin.CLIP_BPW,
+            "U": ReduceMixin.CLIP_FLAT_U}
+    record = Optimizer.optimizer_classes()["AdamW"].record
+    for grad, native in ((F32, False), (BF16, False), (F16, True)):
+        t = engine_text("clip.wgsl", record, grad, native)
+        out.append(Source(d / "clip.wgsl", t.text(), t.origin, ["partial", "flat", "total", "scale"], clip,
+                          f"{grad.name} grads"))
+    t = engine_text("gate.wgsl", record)
+    out.append(Source(d / "gate.wgsl", t.text(), t.origin, ["choose", "gate_step"], {}, "AdamW's records"))
+    wg, ept = COPY_VARIANTS[0]
+    for f, consts in (("amp.wgsl", {}), ("copy.wgsl", {"WG": wg, "EPT": ept})):
+        code, origin = src.resolve(d / f)
+        out.append(Source(d / f, code, origin, src.entry_points(code), consts))
+    return out
+
+
+def collect(paths: list) -> tuple[list, list]:
+    """(sources, load failures as (path, message)): the given files and the .wgsl files in given folders, or, with
+    none given, the shipped modules."""
+    if not paths:
+        return shipped(), []
+    files = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            files += sorted(p.glob("*.wgsl"))
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise FileNotFoundError(raw)
+    sources, failed = [], []
+    for f in files:
+        try:
+            sources.append(load(f, {}))
+        except (FileNotFoundError, UnicodeDecodeError, ValueError) as e:  # ValueError: an include loop
+            failed.append((f, str(e)))
+    return sources, failed

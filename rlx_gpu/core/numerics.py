@@ -1,0 +1,90 @@
+"""Reductions with the float32 semantics of the reference implementations, for the NumPy twins and the host clip.
+
+torch (``torch.linalg.vector_norm``, ``Tensor.norm``) and apex reduce float32 tensors in float32: each square
+is rounded to float32 (so 1e-30 squares to 0 and 1e20 to inf) and a sum past the float32 range is inf. The GPU
+kernels do the same. Here the float32 squares are summed in float64 (the order of a GPU's or torch's sum is
+not reproducible anyway) and a total above float32's range becomes inf, so that overflow and underflow come
+out as the reference implementations give them: the norm of [1e20, 1e20] is inf, of [1e-30] is 0.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+F32 = np.float32
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _overflow(total):
+    return np.where(total > F32_MAX, np.inf, total)
+
+
+def sum32(values, axis=None, keepdims=False):
+    """Sum of float32 values (already rounded to float32), in float64, inf past float32's range."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _overflow(np.sum(np.asarray(values, F32), axis=axis, keepdims=keepdims, dtype=np.float64))
+
+
+def sumsq32(x, axis=None, keepdims=False):
+    """Sum of squares with each square rounded to float32 (float64 result, inf past float32's range)."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        return sum32(np.square(np.asarray(x, F32)), axis=axis, keepdims=keepdims)
+
+
+def norm32(x) -> np.float32:
+    """The L2 norm as torch computes it for a float32 tensor (see the module docstring)."""
+    return F32(np.sqrt(sumsq32(x)))
+
+
+def py_max(a, b):
+    """Python's ``max(a, b)`` (as torch's Adafactor uses on ``.item()`` values): ``b`` if ``b > a`` else ``a``,
+    so a NaN ``b`` gives ``a``."""
+    return b if b > a else a
+
+
+# -- torch.nn.utils.clip_grad_norm_ on the host (the twins' fused clip and rlx_gpu.clip_grad_norm on NumPy) -------
+#: The norm kinds of the clip, as the reduction kernels number them (shaders/clip.wgsl).
+NORM_KINDS = {"l2": 0, "l1": 1, "inf": 2, "p": 3, "check": 4}
+
+
+def norm_kind(norm_type) -> tuple[int, float]:
+    """(kernel norm kind, p) for torch's ``norm_type`` (2, 1, inf or any p > 0)."""
+    p = float(norm_type)
+    if math.isinf(p) and p > 0:
+        return NORM_KINDS["inf"], 0.0
+    if not (p > 0) or math.isnan(p):
+        raise ValueError(f"clip_grad_norm: norm_type must be > 0 or inf, got {norm_type}")
+    return {2.0: (NORM_KINDS["l2"], 2.0), 1.0: (NORM_KINDS["l1"], 1.0)}.get(p, (NORM_KINDS["p"], p))
+
+
+def check_max_norm(max_norm) -> None:
+    if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float, np.floating)) \
+            or not math.isfinite(max_norm) or max_norm < 0:
+        raise ValueError(f"clip_grad_norm: max_norm must be a finite number >= 0, got {max_norm!r}")
+
+
+def vector_norm32(a, kind: int, p: float) -> np.float32:
+    """torch.linalg.vector_norm of a float32 vector: terms rounded to float32, inf past float32's range, NaN
+    propagated (a max over a NaN is NaN)."""
+    a = np.abs(np.asarray(a, F32)).ravel()
+    if kind == NORM_KINDS["inf"]:
+        return F32(np.max(a, initial=0.0))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        terms = a if kind == NORM_KINDS["l1"] else (np.square(a) if kind == NORM_KINDS["l2"] else np.power(a, F32(p)))
+        return F32(sum32(terms) ** (1.0 / p))
+
+
+def host_total_norm(grads, norm_type=2.0) -> np.float32:
+    """torch's total norm in float32: the norm of the per-tensor norms, each a float32 reduction (so grads of
+    1e20 give inf and 1e-30 gives 0, as torch's do; a NaN grad gives NaN). Grads of any float dtype are widened."""
+    kind, p = norm_kind(norm_type)
+    norms = np.array([vector_norm32(np.asarray(g).astype(F32), kind, p) for g in grads], F32)
+    return vector_norm32(norms, kind, p)
+
+
+def clip_coef(total, max_norm) -> np.float32:
+    """min(max_norm / (total + 1e-6), 1), in float32 as torch computes it (NaN for a NaN total, 0 for inf)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = F32(max_norm) / (F32(total) + F32(1e-6))
+    return q if np.isnan(q) else min(q, F32(1.0))

@@ -1,0 +1,111 @@
+"""The options every optimizer shares, declared once: name, default, meaning, validation.
+
+An optimizer class declares only its hyperparameters (its twin's ``defaults``); its constructor signature,
+argument parsing and the "Options" part of its docstring come from here, for the GPU classes and the twins alike:
+
+    AdamW(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, amsgrad=False, maximize=False, *,
+          lr_scale=None, clip_grad_norm=None, skip_nonfinite=False, master_weights=False, stochastic_rounding=False,
+          rounding_seed=0, state_dtype='float32', grad_dtype=None, device=None)
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from numbers import Integral
+
+from .lowp import DTYPES, dtype_of
+from .numerics import check_max_norm
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    default: object
+    doc: str
+    gpu_only: bool = False
+
+
+OPTIONS = (
+    Option("lr_scale", None, "per-tensor multiplier of the group lr: a dict name -> factor (missing names 1) or a "
+           "callable name -> factor; applied in the kernels' scalars, saved in checkpoints (``set_lr_scale``)."),
+    Option("clip_grad_norm", None, "global L2-norm clip folded into every step, with torch's clip_grad_norm_ "
+           "semantics (``last_grad_norm()`` reads the norm); None: off."),
+    Option("skip_nonfinite", False, "skip a step whose grads hold inf or NaN: params, state and step counts stay "
+           "bit-identical (``last_step_skipped``)."),
+    Option("master_weights", False, "keep a float32 copy of each 16-bit parameter (state ``master_param``): the "
+           "update is applied to it and the parameter gets its round-to-nearest-even value."),
+    Option("stochastic_rounding", False, "store each updated 16-bit parameter rounded stochastically (unbiased), "
+           "instead of to nearest even; without master weights."),
+    Option("rounding_seed", 0, "the seed of stochastic rounding's random bits, which are a hash of (seed, the "
+           "tensor's step count, its name, the element's index): reproducible on any adapter."),
+    Option("state_dtype", "float32", "dtype of the state buffers (moments): 'float32', 'bfloat16' or 'float16'; "
+           "arithmetic stays float32, stores round to nearest even."),
+    Option("grad_dtype", None, "dtype of the gradient slots: None (each parameter's dtype) or 'float32'."),
+    Option("device", None, "adapter selector (see ``rlx_gpu.get_device``): a backend, 'cpu', 'gpu' or part of an "
+           "adapter's name; default ``RLX_GPU_ADAPTER`` or the best adapter.", gpu_only=True),
+)
+BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def names(gpu: bool) -> tuple:
+    return tuple(o.name for o in OPTIONS if gpu or not o.gpu_only)
+
+
+def signature(defaults: dict, gpu: bool) -> inspect.Signature:
+    """``(params, <hyperparameters with defaults>, *, <options>)``: the class's signature, as help() and IDEs show."""
+    P = inspect.Parameter
+    ps = [P("params", P.POSITIONAL_OR_KEYWORD)]
+    ps += [P(k, P.POSITIONAL_OR_KEYWORD, default=v) for k, v in defaults.items()]
+    ps += [P(o.name, P.KEYWORD_ONLY, default=o.default) for o in OPTIONS if gpu or not o.gpu_only]
+    return inspect.Signature(ps)
+
+
+def doc(gpu: bool) -> str:
+    lines = ["", "Options (every optimizer):"]
+    for o in OPTIONS:
+        if gpu or not o.gpu_only:
+            lines.append(f"    {o.name} (default {o.default!r}): {o.doc}")
+    return "\n".join(lines)
+
+
+def split(owner: str, defaults: dict, args: tuple, kwargs: dict, gpu: bool) -> tuple[dict, dict]:
+    """(hyperparameters, options) from a constructor's arguments after ``params``, as Python binds them."""
+    keys = list(defaults)
+    if len(args) > len(keys):
+        raise TypeError(f"{owner}() takes at most {len(keys) + 1} positional arguments ({len(args) + 1} given)")
+    hyper = dict(zip(keys, args))
+    opts = {o: BY_NAME[o].default for o in names(gpu)}
+    for k, v in kwargs.items():
+        if k in defaults:
+            if k in hyper:
+                raise TypeError(f"{owner}() got multiple values for argument {k!r}")
+            hyper[k] = v
+        elif k in opts:
+            opts[k] = v
+        else:
+            raise TypeError(f"{owner}() got an unexpected keyword argument {k!r}")
+    check(owner, opts)
+    return hyper, opts
+
+
+def check(owner: str, opts: dict) -> None:
+    """Types and values of the shared options (``lr_scale`` is checked against the tensor names elsewhere)."""
+    if opts["clip_grad_norm"] is not None:
+        check_max_norm(opts["clip_grad_norm"])
+    for k in ("skip_nonfinite", "master_weights", "stochastic_rounding"):
+        if not isinstance(opts[k], bool):
+            raise TypeError(f"{owner}: {k} must be True or False, got {opts[k]!r}")
+    if opts["master_weights"] and opts["stochastic_rounding"]:
+        raise ValueError(f"{owner}: stochastic_rounding rounds parameters that have no float32 master copy; "
+                         "use it without master_weights")
+    seed = opts["rounding_seed"]
+    if not isinstance(seed, Integral) or isinstance(seed, bool) or not 0 <= seed < 2 ** 64:
+        raise ValueError(f"{owner}: rounding_seed must be an int in [0, 2**64), got {seed!r}")
+    if dtype_of(opts["state_dtype"]) is None or not isinstance(opts["state_dtype"], str):
+        raise ValueError(f"{owner}: state_dtype must be one of {sorted(DTYPES)}, got {opts['state_dtype']!r}")
+    opts["state_dtype"] = dtype_of(opts["state_dtype"]).name
+    g = opts["grad_dtype"]
+    if g is not None and (not isinstance(g, str) or dtype_of(g) is None or dtype_of(g).name != "float32"):
+        raise ValueError(f"{owner}: grad_dtype must be None (each parameter's dtype) or 'float32', got {g!r}")
+    if g is not None:
+        opts["grad_dtype"] = "float32"

@@ -1,0 +1,293 @@
+"""The GPU optimizer: the one public surface of the engine.
+
+An optimizer is a declaration (``rlx_gpu/optim/<name>.py``): its NumPy twin as ``spec`` (defaults, validation,
+state names, the update rule in NumPy), its ``record`` of named scalars and ``fill`` that computes them, its
+``shader`` (the WGSL update function, or a few passes), and ``passes``. Everything else is here, once: parameter
+groups and the options every optimizer shares (``rlx_gpu.core.options``), buckets of typed arenas, kernels,
+the step (:mod:`.steps`), the gradient-norm reductions (:mod:`.reductions`) and state dicts (:mod:`.statedict`).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..core import options as shared
+from ..core.checkpoint import Checkpointable
+from ..core.groups import check_grads, parse_params, resolve_lr_scale
+from ..core.lowp import DTYPES, dtype_of, name_hash
+from ..core.sync import locked
+from ..runtime.arena import DeviceTensor, check_out
+from ..runtime.device import get_device
+from ..runtime.kernels import get_kernel
+from .buckets import make_buckets
+from .codegen import Pass, optimizer_module
+from .records import Record
+from .reductions import ReduceMixin
+from .statedict import StateMixin
+from .steps import StepMixin
+
+__all__ = ["Optimizer", "Pass"]
+
+
+class Optimizer(StepMixin, ReduceMixin, StateMixin, Checkpointable):
+    """Base class of the GPU optimizers (use a subclass, e.g. :class:`rlx_gpu.AdamW`)."""
+
+    # -- the declaration a subclass gives --------------------------------------------------------------------
+    spec = None            # the NumPy twin class: defaults, state names, validation, the update rule in NumPy
+    shader: str = ""       # shaders/<file>.wgsl: the update function(s) and any further passes
+    fields: tuple = ()     # the names of the per-tensor float32 scalars fill() computes (the record)
+    flags: tuple = ()      # the names of fill()'s per-tensor flags
+    passes: tuple = ()     # the Pass list of one step
+    other_passes: tuple = ()  # passes compiled with the step's but run by other methods (Sophia-H's Hessian update)
+    grad_like: tuple = ()  # further arenas laid out as the grads (Sophia-H's "estimate")
+    record = None          # built from fields, flags and the twin's param-shaped states (arena_states)
+    arena_states: tuple = ()
+    WG, EPT = 256, 2       # workgroup size, vec4s per thread: a block is WG*EPT*4 elements
+    constants: dict = {}   # further WGSL override constants of the shader
+    on_device = True
+    _classes: dict = {}
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if cls.spec is not None:
+            cls.arena_states = cls.spec.typed_states()
+            cls.record = Record(*cls.fields, flags=cls.flags, states=cls.arena_states)
+            Optimizer._classes.setdefault(cls.__name__, cls)  # (the first class of a name: a subclass for a
+            #                                                     tuning run does not replace AdamW in checkpoints)
+            cls.__signature__ = shared.signature(cls.spec.defaults, gpu=True)
+            if cls.__doc__ and "Options (every optimizer)" not in cls.__doc__:
+                cls.__doc__ = cls.__doc__.rstrip() + "\n" + shared.doc(gpu=True)
+
+    @classmethod
+    def optimizer_classes(cls) -> dict:
+        return dict(Optimizer._classes)
+
+    @classmethod
+    def hyperparameters(cls) -> dict:
+        return dict(cls.spec.defaults)
+
+    @classmethod
+    def state_shape_of(cls, state: str, shape) -> tuple:
+        return cls.spec.state_shape(state, shape)
+
+    # -- construction --------------------------------------------------------------------------------------
+    def __init__(self, params, *args, **kwargs):
+        name = type(self).__name__
+        if self.spec is None:
+            raise TypeError("rlx_gpu.Optimizer is a base class; use an optimizer such as rlx_gpu.AdamW")
+        #: Serialises this optimizer's calls (re-entrant); hold it to make several calls atomic.
+        self.lock = threading.RLock()
+        hyper, opts = shared.split(name, self.spec.defaults, args, kwargs, gpu=True)
+        self.defaults = {**self.spec.defaults, **hyper}
+        self.param_groups, arrays = parse_params(name, params, self.defaults)
+        for g in self.param_groups:
+            self.spec.validate(g)
+        self.device = dev = get_device(opts.pop("device"))
+        self._names = list(arrays)
+        self._index = {n: i for i, n in enumerate(self._names)}
+        self._shapes = {n: a.shape for n, a in arrays.items()}
+        self._group_of = np.array([gi for gi, g in enumerate(self.param_groups) for _ in g["params"]])
+        #: Per-tensor multiplier of the group lr (``lr_scale=``), applied in the kernel's scalars.
+        self.lr_scale = resolve_lr_scale(name, opts.pop("lr_scale"), self._names)
+        self._scale = np.array([self.lr_scale[n] for n in self._names], np.float64)
+        #: Global L2-norm clip folded into every step (None: off); may be changed between steps.
+        self.clip_grad_norm = opts.pop("clip_grad_norm")
+        #: Skip a step whose grads hold inf or NaN: params, state and step counts stay bit-identical.
+        self.skip_nonfinite = opts.pop("skip_nonfinite")
+        #: The precision options (master_weights, stochastic_rounding, rounding_seed, state_dtype, grad_dtype).
+        self.precision = dict(opts)
+        dts = [dtype_of(a.dtype) for a in arrays.values()]
+        self._dtypes = dts
+        self.buckets = make_buckets(dev, name, dts, [a.size for a in arrays.values()], self.precision,
+                                    self.WG * self.EPT * 4)
+        self._where = [None] * len(self._names)
+        for b in self.buckets:
+            for t in b.ids:
+                self._where[t] = (b, b.local[t])
+        self._write_params({t: a for t, a in enumerate(arrays.values())}, init_master=True)
+        self.params = {n: DeviceTensor(b.param, i, n, self._shapes[n]) for n, (b, i) in zip(self._names, self._where)}
+        self.grads = {n: DeviceTensor(b.grad, i, n, self._shapes[n]) for n, (b, i) in zip(self._names, self._where)}
+        self._first_block = np.array([b.layout.first_block[i] for b, i in self._where], np.uint32)
+        self._num_blocks = np.array([b.layout.num_blocks[i] for b, i in self._where], np.uint32)
+        self._total_blocks = self.buckets[-1].layout.block_end
+        self._name_hash = np.array([name_hash(n) for n in self._names], np.uint32)
+        self._master = np.array([b.sig.master for b, _ in self._where])
+        self._sr = np.array([bool(self.precision["stochastic_rounding"]) and d.low for d in dts])
+        self._hyper = dev.buffer(4 * self.record.size * (len(self._names) + 1), f"{name}.hyper")
+        reducing = any(p.reduce or p.kind == "per_tensor" for p in self.passes + self.other_passes)
+        # per-block sums of the reducing passes (two floats per block), read by the per-tensor passes
+        self._partials = dev.buffer(8 * max(1, self._total_blocks), f"{name}.partials") if reducing else None
+        self._dummies: dict = {}
+        self._binds: dict = {}
+        self._modules: dict = {}
+        self._init_host_state()
+        self._init_reductions()
+
+    @property
+    def options(self) -> dict:
+        """Every shared option's current value (what a checkpoint saves)."""
+        return {"clip_grad_norm": self.clip_grad_norm, "skip_nonfinite": self.skip_nonfinite, **self.precision}
+
+    # -- kernels and bindings -------------------------------------------------------------------------------
+    def _module(self, bucket) -> str:
+        if bucket.sig not in self._modules:
+            self._modules[bucket.sig] = optimizer_module(type(self), bucket.sig)
+        return self._modules[bucket.sig]
+
+    def _kernel(self, bucket, entry: str):
+        return get_kernel(self.device, f"{type(self).__name__}:{bucket.sig.param.name}", self._module(bucket), entry,
+                          WG=self.WG, EPT=self.EPT, **self.constants)
+
+    def _dummy(self, key: str):
+        if key not in self._dummies:
+            self._dummies[key] = self.device.buffer(16, f"unused {key}")
+        return self._dummies[key]
+
+    def _buffers(self, bucket, chunk: int) -> dict:
+        """Buffers by binding name for one chunk of one bucket (state buffers not made yet bound to a dummy)."""
+        out = {"hyper": self._hyper, "blocks": bucket.blocks[chunk], "param": bucket.param.buffers[chunk],
+               "grad": bucket.grad.buffers[chunk]}
+        if bucket.master is not None:
+            out["master"] = bucket.master.buffers[chunk]
+        for s in self.arena_states + self.grad_like:
+            a = bucket.states.get(s)
+            out[s] = a.buffers[chunk] if a is not None else self._dummy(s)
+        if self._partials is not None:
+            out["partials"] = self._partials
+        out.update(self._extra_buffers(bucket, chunk))
+        return out
+
+    def _extra_buffers(self, bucket, chunk: int) -> dict:
+        """The optimizer's own buffers (partials, factored moments, ...) by binding name; default none."""
+        return {}
+
+    def _bind(self, entry: str, bucket, chunk: int):
+        key = (entry, id(bucket), chunk)
+        if key not in self._binds:
+            self._binds[key] = self._kernel(bucket, entry).bind(self._buffers(bucket, chunk))
+        return self._binds[key]
+
+    def _custom_groups(self, p: Pass, bucket, chunk: int) -> int:
+        """Workgroups of a custom pass over one chunk of one bucket (the optimizer's own passes)."""
+        raise NotImplementedError(f"{type(self).__name__}: custom pass {p.entry!r} needs _custom_groups")
+
+    def _encode(self, enc) -> None:
+        """Record the step's passes: elementwise and custom ones over every chunk of every bucket, per-tensor ones
+        once with a workgroup per tensor."""
+        for p in self.passes:
+            if p.kind == "per_tensor":
+                b = self.buckets[0]
+                self._kernel(b, p.kernel).dispatch(enc, self._bind(p.kernel, b, 0), len(self._names))
+                continue
+            for b in self.buckets:
+                for c, blk in enumerate(b.layout.blocks):
+                    n = len(blk) if p.kind == "elementwise" else self._custom_groups(p, b, c)
+                    self._kernel(b, p.kernel).dispatch(enc, self._bind(p.kernel, b, c), n)
+
+    # -- host transfers -------------------------------------------------------------------------------------
+    def _write_params(self, arrays: dict, init_master: bool = False) -> None:
+        """Upload ``{tensor index: array of its dtype}``, one batched transfer per bucket; with ``init_master``
+        also set the float32 master copies from them."""
+        for b in self.buckets:
+            mine = [(b.local[t], a) for t, a in arrays.items() if t in b.local]
+            if mine:
+                b.param.write_many(mine)
+                if init_master and b.master is not None:
+                    b.master.write_many([(i, np.asarray(a).astype(np.float32)) for i, a in mine])
+
+    @locked
+    def read_params(self, names=None, out: dict | None = None) -> dict:
+        """Host copies of the parameters (all, or ``names``), in their dtypes, one batched transfer per bucket.
+
+        ``out``: a dict of arrays (e.g. the previous result) to fill instead of new ones; in a training loop this
+        saves the page faults of fresh memory."""
+        if out is not None and names is None:
+            names = list(out)
+        names = list(self._names if names is None else names)
+        for n in names:
+            if n not in self._index:
+                raise KeyError(f"{type(self).__name__}.read_params: unknown tensor {n!r}")
+        res = {}
+        for b in self.buckets:
+            mine = [n for n in names if self._index[n] in b.local]
+            if not mine:
+                continue
+            outs = None
+            if out is not None:
+                for n in mine:
+                    check_out(n, out[n], self._shapes[n], b.sig.param)
+                outs = [out[n].reshape(-1) for n in mine]
+            flat = b.param.read_many([b.local[self._index[n]] for n in mine], outs)
+            res.update({n: (out[n] if out is not None else f.reshape(self._shapes[n])) for n, f in zip(mine, flat)})
+        return {n: res[n] for n in names}
+
+    @locked
+    def write_params(self, params: dict) -> None:
+        """Upload several parameters (dict name -> array of the tensor's shape and dtype) in one transfer; checked
+        before anything changes (``opt.params[name].write(array)`` writes one). Master copies follow."""
+        check_grads(type(self).__name__, params, self._shapes, call="write_params", noun="param",
+                    dtypes={n: (self._dtypes[self._index[n]].np,) for n in params})
+        self._write_params({self._index[n]: a for n, a in params.items()}, init_master=True)
+
+    @locked
+    def write_grads(self, grads: dict) -> None:
+        """Upload several grads (dict name -> NumPy array of the slot's dtype or float32) into the device grad
+        slots, one batched transfer per bucket; checked before anything changes (``step(grads)`` does this too)."""
+        check_grads(type(self).__name__, grads, self._shapes, dtypes=self._grad_dtypes())
+        self._write_host_grads(grads)
+
+    def _write_host_grads(self, grads: dict) -> None:
+        per: dict = {}
+        for k, g in grads.items():
+            b, i = self._where[self._index[k]]
+            if g.dtype != b.sig.grad.np:  # float32 into a 16-bit slot: rounded to nearest even
+                with np.errstate(over="ignore", invalid="ignore"):
+                    g = np.asarray(g).astype(np.float32).astype(b.sig.grad.np)
+            per.setdefault(id(b), (b, []))[1].append((i, g))
+        for b, pairs in per.values():
+            b.grad.write_many(pairs)
+
+    def set_lr(self, lr: float) -> None:
+        """Set the learning rate of every param group (takes effect at the next step)."""
+        for g in self.param_groups:
+            g["lr"] = lr
+
+    @locked
+    def set_lr_scale(self, lr_scale) -> None:
+        """Replace the per-tensor lr factors (``lr_scale=``: dict name -> factor, missing names 1, or a callable
+        name -> factor); checked before anything changes, effective at the next step."""
+        scale = resolve_lr_scale(type(self).__name__, lr_scale, self._names)
+        self.lr_scale, self._scale = scale, np.array([scale[n] for n in self._names], np.float64)
+
+    @locked
+    def zero_grad(self) -> None:
+        """Zero the device gradient slots."""
+        enc = self.device.device.create_command_encoder()
+        for b in self.buckets:
+            b.grad.clear(enc)
+        self.device.submit(enc)
+
+    def memory(self) -> dict:
+        """Bytes on the device by kind (params, grads, state incl. master copies, scratch) and state bytes per
+        parameter."""
+        out = {"params": 0, "grads": 0, "state": 0}
+        for b in self.buckets:
+            for k, v in b.nbytes.items():
+                out[k] += v
+        out["scratch"] = self._hyper.size + sum(x.size for b in self.buckets for x in b.blocks) + self._scratch_bytes()
+        n = sum(int(np.prod(s)) for s in self._shapes.values())
+        out["state_per_param"] = out["state"] / max(1, n)
+        return out
+
+    def _grad_dtypes(self) -> dict:
+        """Per tensor, the NumPy dtypes a grad may come in: its slot's dtype first, then the param's or float32."""
+        out = {}
+        for n, (b, _) in zip(self._names, self._where):
+            slot = b.sig.grad.np
+            other = np.dtype(np.float32) if slot != np.float32 else b.sig.param.np
+            out[n] = (slot, other) if other != slot else (slot,)
+        return out
+
+
+DTYPE_NAMES = tuple(DTYPES)

@@ -1,0 +1,143 @@
+"""State dicts of the GPU optimizers: torch's layout (``{"state": {name: {"step", <state buffers>}}, "param_groups":
+[...]}``) with NumPy arrays in each buffer's dtype, moved both ways between a GPU class and its NumPy twin.
+
+With master weights, a tensor's state holds ``master_param`` (its float32 copy). ``load_state_dict`` checks
+everything before it changes anything; a state of another dtype is refused unless ``cast=True``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.groups import check_grads, check_state_dict
+from ..core.lowp import F32
+from ..core.sync import locked
+
+MASTER = "master_param"
+
+
+class StateMixin:
+    """``state_dict`` and ``load_state_dict`` of the GPU optimizers."""
+
+    def _state_dtype(self, state: str, name: str) -> np.dtype:
+        """The NumPy dtype state buffer ``state`` of tensor ``name`` is kept in."""
+        if state in self.arena_states:
+            return self._where[self._index[name]][0].sig.state.np
+        return np.dtype(np.float32)  # master copies, per-tensor scalars, factored moments
+
+    def _state_names(self) -> tuple:
+        return tuple(self.spec.all_state_names) + ((MASTER,) if self._master.any() else ())
+
+    @locked
+    def state_dict(self) -> dict:
+        """``{"state": {name: {"step", <state buffers>}}, "param_groups": [...]}`` with NumPy arrays (each state
+        buffer in its own dtype; ``master_param`` with master weights)."""
+        self._settle()
+        host = {}
+        for b in self.buckets:
+            for s, a in b.states.items():
+                host[(id(b), s)] = a.read_all()
+            if b.master is not None:
+                host[(id(b), MASTER)] = b.master.read_all()
+        state = {}
+        for t, n in enumerate(self._names):
+            if self._steps[t] == 0 and not self._materialized[t]:
+                continue
+            b, i = self._where[t]
+            st = {"step": int(self._steps[t])}
+            for s in self.spec.all_state_names:
+                if s in self._materialized[t] and s in self.arena_states:
+                    st[s] = b.layout.gather(host[(id(b), s)], i, self._shapes[n], b.sig.state.np)
+                elif s in self._materialized[t] and s in self._scalars:
+                    st[s] = np.array(self._scalars[s][t], np.float32)
+            if b.master is not None:
+                st[MASTER] = b.layout.gather(host[(id(b), MASTER)], i, self._shapes[n], np.float32)
+            state[n] = st
+        groups = [dict({k: v for k, v in g.items() if k != "params"}, params=list(g["params"]))
+                  for g in self.param_groups]
+        return {"state": state, "param_groups": groups}
+
+    @locked
+    def load_state_dict(self, sd: dict, cast: bool = False, params: dict | None = None) -> None:
+        """Restore a state dict (from this class or its NumPy twin); checked fully before anything changes.
+
+        ``cast``: convert state buffers (and ``params``) of another float dtype instead of refusing them.
+        ``params``: parameters to write in the same checked step (what ``restore`` passes)."""
+        name = type(self).__name__
+        self._settle()
+        state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes, self._state_names(),
+                                         self.defaults, self._state_shape, self._state_dtype, cast)
+        for h in hypers:
+            self.spec.check(h)
+        if params is not None:
+            params = self._checked_params(params, cast)
+        for st in state.values():
+            for s in st:
+                if s in self.arena_states:
+                    self._ensure(s)
+        groups = [dict(g, **h) for g, h in zip(self.param_groups, hypers)]
+        if params is not None:
+            self._write_params({self._index[n]: a for n, a in params.items()}, init_master=True)
+        for b in self.buckets:
+            arenas = dict(b.states)
+            if b.master is not None:
+                arenas[MASTER] = b.master
+            for s, arena in arenas.items():
+                self._upload_state(b, s, arena, state, groups, keep_master=params is None)
+        for g, h in zip(self.param_groups, hypers):
+            g.update(h)
+        self._norm_taken = False
+        for t, n in enumerate(self._names):
+            st = state.get(n)
+            g = self.param_groups[self._group_of[t]]
+            for s, v in self._scalars.items():
+                v[t] = st[s] if st is not None and s in st else self.spec.init_value(s, g)
+            if st is None:
+                self._steps[t] = 0
+                self._materialized[t] = frozenset(self.spec.eager_state)
+            else:
+                self._steps[t] = st["step"]
+                self._materialized[t] = frozenset(k for k in st if k not in ("step", MASTER))
+
+    def _state_shape(self, state: str, shape) -> tuple:
+        return tuple(shape) if state == MASTER else self.spec.state_shape(state, shape)
+
+    def _upload_state(self, b, s, arena, state, groups, keep_master: bool) -> None:
+        """One state arena of one bucket assembled on the host from ``state`` and uploaded in one transfer.
+        Master copies a state dict does not hold stay as they are (or as the params just written set them)."""
+        if s == MASTER:
+            mine = [(i, state[self._names[t]][MASTER]) for t, i in b.local.items()
+                    if self._names[t] in state and MASTER in state[self._names[t]]]
+            if mine:
+                arena.write_many(mine)
+            return
+        chunks = [np.zeros(c, arena.dtype.np) for c in b.layout.chunk_elems]
+        for t, i in b.local.items():
+            st = state.get(self._names[t])
+            if st is not None and s in st:
+                v = st[s]
+            elif s in self.spec.eager_state and st is None:
+                v = np.full(self._shapes[self._names[t]], self.spec.init_value(s, groups[self._group_of[t]]),
+                            np.float32).astype(arena.dtype.np)
+            else:
+                continue
+            b.layout.scatter(chunks, i, v)
+        arena.write_all(chunks)
+
+    def _checked_params(self, params: dict, cast: bool) -> dict:
+        """``params`` (name -> array) checked for every name, shape and dtype; converted when ``cast``."""
+        name = type(self).__name__
+        if set(params) != set(self._names):
+            raise ValueError(f"{name}: params hold {sorted(params)}, expected {sorted(self._names)}")
+        want = {n: self._dtypes[self._index[n]].np for n in params}
+        if cast:
+            with np.errstate(over="ignore", invalid="ignore"):
+                params = {n: np.asarray(a).astype(np.float32).astype(want[n]) if np.asarray(a).dtype != want[n]
+                          else a for n, a in params.items()}
+        try:
+            check_grads(name, params, self._shapes, call="load", noun="param", dtypes={n: (d,) for n, d in want.items()})
+        except TypeError as e:
+            raise ValueError(f"{e}; pass cast=True to convert") from None
+        return params
+
+
+assert F32.itemsize == 4

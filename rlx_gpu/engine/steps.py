@@ -1,0 +1,318 @@
+"""The step: records, grads, dispatches, and the checked step's gate with no host round trip.
+
+A checked step (``skip_nonfinite``, a loss scale) is skipped whole on the device when any grad is inf or NaN: the
+check (clip.wgsl with CHECK) and a one-workgroup gate pass (gate.wgsl) zero the grids of every later dispatch of
+the step (they are indirect). The host cannot know whether the previous checked step was applied (it reads each
+outcome back one step later), so it writes the records for both outcomes and a ``choose`` pass picks one on the
+device; at most two steps are unsettled at a time, and the host state is a tree keyed by their outcomes.
+
+A device loss scale (``step(loss_scale=...)``, what GradScaler passes) is any object with ``buffer`` (a wgpu
+buffer whose word 0 is the scale as float32 and word 2 a found-inf flag the gate sets on a skip),
+``encode_pending(pass)`` (records an update still pending at the start of the step's pass) and ``committed()``
+(called once the step was submitted, so a failed step leaves the update pending).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.groups import MAX_STEP, check_grads, scaled
+from ..core.lowp import step_keys
+from ..core.sync import locked
+from ..runtime.arena import DeviceTensor
+from ..runtime.kernels import ComputePass, get_kernel
+from .codegen import engine_module
+
+
+class Outcome:
+    """Whether a step was skipped on its inf/NaN check, read back from the device only when asked."""
+
+    __slots__ = ("_opt", "_skipped")
+
+    def __init__(self, opt, skipped):
+        self._opt, self._skipped = opt, skipped
+
+    @property
+    def skipped(self) -> bool:
+        if self._skipped is None:
+            self._opt._settle(through=self)
+        return self._skipped
+
+    @property
+    def settled(self) -> bool:
+        """Whether the outcome is known on the host without reading the device."""
+        return self._skipped is not None
+
+
+class StepMixin:
+    """``step``, ``last_step_skipped`` and the host bookkeeping of the GPU optimizers."""
+
+    def _init_host_state(self):
+        spec, n = self.spec, len(self._names)
+        self._steps = np.zeros(n, np.int64)
+        # scalar states (one float32 per tensor, e.g. NAdam's mu_product) live on the host; fill() advances them
+        self._scalars = {s: np.array([spec.init_value(s, self.param_groups[g]) for g in self._group_of], np.float32)
+                         for s in spec.scalar_states}
+        self._materialized = [frozenset() for _ in range(n)]  # the state buffers each tensor has
+        self._last_skipped = False
+        self._unsettled: list = []
+        self._tree = None
+        self._engine_kernels: dict = {}
+        if spec.eager_state:
+            self._reset_state(range(n))
+
+    def _ensure(self, s: str) -> None:
+        """Make state arena ``s`` in every bucket (its bind groups are rebuilt)."""
+        if s in self.arena_states and any(s not in b.states for b in self.buckets):
+            for b in self.buckets:
+                b.state(s)
+            self._binds.clear()
+
+    def _reset_state(self, tensors):
+        """Tensors back to step 0 with only their eager state, at its initial value."""
+        self._settle()
+        for s in self.spec.eager_state:
+            self._ensure(s)
+        for t in tensors:
+            self._steps[t] = 0
+            g = self.param_groups[self._group_of[t]]
+            self._materialized[t] = frozenset(self.spec.eager_state)
+            for s, v in self._scalars.items():
+                v[t] = self.spec.init_value(s, g)
+            b, i = self._where[t]
+            for s, arena in b.states.items():
+                arena.fill(i, self.spec.init_value(s, g) if s in self.spec.eager_state else 0.0)
+
+    @locked
+    def step(self, grads=None, *, loss_scale=None) -> None:
+        """One optimizer step.
+
+        ``grads``: dict name -> NumPy array (the param's dtype or float32) or DeviceTensor; a missing name means
+        "no gradient" (that tensor, its state and its step count stay as they are). ``None`` steps every tensor
+        using the device gradient slots ``self.grads``. Everything is checked before any GPU work. With
+        ``skip_nonfinite`` (or a ``loss_scale``) a step whose grads hold inf or NaN changes nothing
+        (``last_step_skipped``). ``loss_scale``: a device loss scale (see :mod:`rlx_gpu.engine.steps`); the
+        kernels multiply the grads by 1/scale read on the device."""
+        self._step(grads, check=self.skip_nonfinite or loss_scale is not None, loss_scale=loss_scale)
+
+    @property
+    @locked
+    def last_step_skipped(self) -> bool:
+        """Whether the last step was skipped on its inf/NaN check (reads the outcome back if still unknown)."""
+        self._settle()
+        return self._last_skipped
+
+    @locked
+    def _step(self, grads, check: bool, loss_scale=None, inv_scale: float = 1.0) -> Outcome:
+        name = type(self).__name__
+        for g in self.param_groups:
+            self.spec.validate(g)
+        n = len(self._names)
+        if grads is None:
+            active = np.ones(n, bool)
+        else:
+            check_grads(name, grads, self._shapes, DeviceTensor, self.device, dtypes=self._grad_dtypes())
+            active = np.zeros(n, bool)
+            active[[self._index[k] for k in grads]] = True
+        self._settle(keep=1 if check else 0)
+        out = self._encode_step(grads, active, inv_scale, check, loss_scale)
+        if loss_scale is not None:
+            loss_scale.committed()
+        return out
+
+    def _encode_step(self, grads, active, inv_scale, check, loss_scale) -> Outcome:
+        n = len(self._names)
+        enc = self.device.device.create_command_encoder()
+        if grads is not None:
+            self._upload_grads(enc, grads)
+        # the host state for each outcome of the unsettled step (one branch when everything is settled)
+        branches = [(False, self._tree[False]), (True, self._tree[True])] if self._unsettled \
+            else [(False, self._snapshot())]
+        need = {}  # state names per group this step
+        for gi in set(self._group_of[active].tolist()):
+            need[gi] = frozenset(self.spec.state_names(self.param_groups[gi]))
+            for s in need[gi]:
+                self._ensure(s)
+        recs, nexts = [], []
+        for _, snap in branches:
+            self._restore_snapshot(snap)
+            fresh, mat = [frozenset()] * n, list(self._materialized)
+            for t in np.flatnonzero(active):
+                f = need[self._group_of[t]] - mat[t]
+                if f:
+                    fresh[t], mat[t] = f, mat[t] | f
+            steps = np.minimum(self._steps + active, MAX_STEP)  # counters saturate, never wrap
+            self._pending = {k: v.copy() for k, v in self._scalars.items()}
+            recs.append(self._records(active, steps, fresh, mat, inv_scale, device_scale=loss_scale is not None))
+            scalars = {k: np.where(active, self._pending[k], v) for k, v in self._scalars.items()}
+            nexts.append((steps, scalars, mat, False))
+        all_active = bool(active.all())
+        if not check:
+            self.device.queue.write_buffer(self._hyper, 0, recs[0])
+            cp = ComputePass(enc)
+            if self.clip_grad_norm is not None:
+                self._encode_clip(cp, scale_grads=False, flat=all_active)  # the kernels multiply by the factor
+            self._encode(cp)
+            cp.end()
+            self._submit(enc)
+            self._tree = None
+            self._restore_snapshot(nexts[0])
+            self._norm_taken = self.clip_grad_norm is not None
+            return Outcome(self, False)
+        # choose the records on the device, check, gate every later dispatch on the check
+        gate = self._gate_buffers()
+        # the second set at the hyper buffer's own (padded) length, where the choose pass looks for it
+        self.device.queue.write_buffer(self._cand, 0, recs[0])
+        self.device.queue.write_buffer(self._cand, self._hyper.size, recs[-1])
+        k, binds = self._gate_kernels(), self._gate_binds(loss_scale)
+        cp = ComputePass(enc, gate, 16, self._gate_cap)
+        if loss_scale is not None:
+            loss_scale.encode_pending(cp)
+        k["choose"].dispatch(cp, binds["choose"], -(-recs[0].size // 256))
+        self._encode_clip(cp, scale_grads=False, flat=all_active, check=True)
+        k["gate_step"].dispatch(cp, binds["gate_step"], 1)
+        cp.gated = True
+        if self.clip_grad_norm is not None:
+            self._encode_clip(cp, scale_grads=False, flat=all_active)
+        self._encode(cp)
+        cp.end()
+        self.device.queue.write_buffer(gate, 16, np.array(cp.args, np.uint32))
+        u = self.device.wgpu.BufferUsage
+        slot = self._slots.pop() if self._slots else self.device.device.create_buffer(
+            size=16, usage=u.MAP_READ | u.COPY_DST, label=f"{type(self).__name__}.outcome")
+        enc.copy_buffer_to_buffer(gate, 0, slot, 0, 4)
+        self._submit(enc)
+        self._norm_taken = self.clip_grad_norm is not None
+        outcome = Outcome(self, None)
+        # (NOSYNC: wgpu-py would submit an empty command buffer first, which only matters for a buffer never written)
+        self._unsettled.append((slot, slot.map_async("READ_NOSYNC", 0, 4), outcome))
+        # the new tree: keyed by the older unsettled outcome (if any), then by this step's
+        leaf = [{False: nx, True: (sn[0], sn[1], sn[2], True)} for nx, (_, sn) in zip(nexts, branches)]
+        self._tree = {False: leaf[0], True: leaf[1]} if len(branches) == 2 else leaf[0]
+        return outcome
+
+    def _submit(self, enc):
+        try:
+            self.device.submit(enc)
+        except Exception as e:
+            raise RuntimeError(f"rlx_gpu: {type(self).__name__} step ({self.shader}) failed on "
+                               f"{self.device.name}: {e}") from e
+
+    def _records(self, active, steps, fresh, mat, inv_scale=1.0, device_scale=False) -> np.ndarray:
+        """The hyper buffer's words for this step: n tensor records, then the global record."""
+        n, rec = len(self._names), self.record
+        cols, flags = {}, np.zeros(n, np.uint32)
+        t_all = np.maximum(steps, 1).astype(np.float64)
+        for gi, g in enumerate(self.param_groups):
+            sel = np.flatnonzero(self._group_of == gi)
+            if not len(sel):
+                continue
+            c, f = self.fill(scaled(g, self._scale[sel], self.spec.lr_keys), t_all[sel], [fresh[t] for t in sel], sel)
+            for k, v in c.items():
+                cols.setdefault(k, np.zeros(n))[sel] = v
+            flags[sel] = rec.flags(len(sel), dict(f, maximize=bool(g.get("maximize", False))))
+        named = {"active": active, "master": self._master, "sr": self._sr}
+        for s in self.arena_states:
+            named[f"has_{s}"] = [s in m for m in mat]
+        flags |= rec.flags(n, named)
+        words = {"first_block": self._first_block, "num_blocks": self._num_blocks}
+        if self._sr.any():
+            words["rkey"] = step_keys(self.precision["rounding_seed"], steps, self._name_hash)
+        recs = rec.pack(n, cols, flags, words)
+        glob = rec.pack_global(grad_mul=inv_scale, inv_scale=inv_scale, norm_p=2.0,
+                               max_norm=self.clip_grad_norm if self.clip_grad_norm is not None else 0.0,
+                               device_scale=1 if device_scale else 0)
+        return np.ascontiguousarray(np.concatenate([recs, glob[None]]))
+
+    def _write_records(self, active, steps, fresh):
+        self.device.queue.write_buffer(self._hyper, 0, self._records(active, steps, fresh, self._materialized))
+
+    def _upload_grads(self, enc, grads):
+        """Host grads in one batched upload per bucket now; DeviceTensor grads as copies recorded into ``enc``. A
+        grad that is another slot of this optimizer's grads is read as it was before this call (into a staging
+        buffer first: a buffer cannot be copied onto itself, and the uploads below may overwrite that slot)."""
+        host, copies, staged = {}, [], []  # host: name -> array
+        own = {id(b.grad) for b in self.buckets}
+        for k, g in grads.items():
+            t = self._index[k]
+            b, i = self._where[t]
+            if isinstance(g, DeviceTensor):
+                if g._arena is b.grad and g._index == i:
+                    continue
+                src, dst = g.bindings(), self.grads[k].bindings()
+                if [x["size"] for x in src] != [x["size"] for x in dst]:  # chunked differently
+                    host[k] = g.numpy()
+                elif id(g._arena) in own:
+                    staged += zip(src, dst)
+                else:
+                    copies += zip(src, dst)
+        for k, g in grads.items():
+            if not isinstance(g, DeviceTensor):
+                host[k] = g
+        if staged:
+            tmp = self.device.buffer(sum(s["size"] for s, _ in staged), f"{type(self).__name__}.grad staging")
+            pre, off = self.device.device.create_command_encoder(), 0
+            for s, d in staged:
+                pre.copy_buffer_to_buffer(s["buffer"], s["offset"], tmp, off, s["size"])
+                copies.append(({"buffer": tmp, "offset": off, "size": s["size"]}, d))
+                off += s["size"]
+            self.device.submit(pre)
+        self._write_host_grads(host)
+        for s, d in copies:
+            enc.copy_buffer_to_buffer(s["buffer"], s["offset"], d["buffer"], d["offset"], s["size"])
+
+    # -- host bookkeeping of checked steps -------------------------------------------------------------
+    def _snapshot(self):
+        """(step counts, scalar states, materialized state names, last step skipped): the host state."""
+        return (self._steps.copy(), {k: v.copy() for k, v in self._scalars.items()},
+                list(self._materialized), self._last_skipped)
+
+    def _restore_snapshot(self, snap):
+        steps, scalars, mat, skipped = snap
+        self._steps = steps.copy()
+        self._scalars = {k: v.copy() for k, v in scalars.items()}
+        self._materialized = list(mat)
+        self._last_skipped = skipped
+
+    def _settle(self, keep: int = 0, through: Outcome | None = None) -> None:
+        """Read back the outcomes of all but the newest ``keep`` unsettled steps (or of those up to ``through``)
+        and fix the host state."""
+        while len(self._unsettled) > keep and not (through is not None and through.settled):
+            slot, promise, outcome = self._unsettled.pop(0)
+            promise.sync_wait()
+            skipped = bool(np.frombuffer(slot.read_mapped(0, 4), np.uint32)[0])
+            slot.unmap()
+            self._slots.append(slot)
+            outcome._skipped = skipped
+            self._tree = self._tree[skipped]
+        if not self._unsettled and self._tree is not None:
+            self._restore_snapshot(self._tree)
+            self._tree = None
+
+    def _gate_kernels(self) -> dict:
+        if "gate" not in self._engine_kernels:
+            code = engine_module("gate.wgsl", self.record)
+            self._engine_kernels["gate"] = {e: get_kernel(self.device, "gate.wgsl", code, e)
+                                            for e in ("choose", "gate_step")}
+        return self._engine_kernels["gate"]
+
+    def _gate_buffers(self):
+        if not hasattr(self, "_gate"):
+            u = self.device.wgpu.BufferUsage
+            # the most dispatches a step records: every pass over every chunk of every bucket, plus the clip passes
+            chunks = sum(b.layout.num_chunks for b in self.buckets)
+            self._gate_cap = (len(self.passes) + 3) * chunks + 8
+            self._gate = self.device.buffer(16 + 12 * self._gate_cap, f"{type(self).__name__}.gate",
+                                            usage=u.STORAGE | u.INDIRECT | u.COPY_DST | u.COPY_SRC)
+            self._cand = self.device.buffer(2 * self._hyper.size, f"{type(self).__name__}.records")
+            self._slots = []
+        return self._gate
+
+    def _gate_binds(self, loss_scale) -> dict:
+        """The gate passes' bind groups for this loss-scale buffer (a dummy without one)."""
+        buf = loss_scale.buffer if loss_scale is not None else self._dummy("loss scale")
+        key = ("gate", buf)  # the buffer itself (kept alive by the key, so no other buffer takes its id)
+        if key not in self._binds:
+            self._binds[key] = {e: k.bind({"hyper": self._hyper, "cand": self._cand, "gate": self._gate,
+                                           "loss_scale": buf}) for e, k in self._gate_kernels().items()}
+        return self._binds[key]
+

@@ -1,0 +1,17 @@
+"""The GPU optimizers, each a declaration on the engine: its NumPy twin (``rlx_gpu.reference``), record fields
+and their fill, passes, and a WGSL update function in ``shaders/``."""
+from .adafactor import Adafactor
+from .adagrad import Adagrad
+from .adam import Adam, AdamW
+from .lamb import LAMB
+from .lion import Lion
+from .mars import Mars
+from .nadam import NAdamW
+from .qhadam import QHAdamW
+from .radam import RAdam
+from .rmsprop import RMSprop
+from .sgd import SGD
+from .sophia import SophiaH
+
+__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH",
+           "Mars", "Adafactor"]

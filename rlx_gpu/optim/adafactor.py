@@ -1,0 +1,149 @@
+"""Adafactor on the GPU: ``shaders/adafactor.wgsl``. The factored second moments (row and column means of g*g)
+are tiny next to the tensors, so they live in one small float32 ``aux`` buffer (with the unfactored tensors'
+second moments) instead of param-sized arenas; seven passes per step, no host round trip."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.sync import locked
+from ..engine import Optimizer, Pass
+from ..reference import adafactor as ref
+
+RT = 128  # rows per column job
+
+
+class Adafactor(Optimizer):
+    """Adafactor (Shazeer & Stern 2018) with torch.optim.Adafactor's semantics, names and defaults (torch >= 2.5).
+
+        per tensor: w = t^beta2_decay;  rho = min(lr, 1/sqrt(t));  alpha = max(eps2, RMS(p)) * rho;
+        p *= 1 - lr * weight_decay;  g = -g if maximize
+        >= 2 dims [..., m, n]: R = lerp(R, mean_n(g^2), w);  C = lerp(C, mean_m(g^2), w);
+                               v = R C / max(mean_m(R), eps1)
+        <  2 dims:             v = lerp(v, g^2, w)
+        u = g / sqrt(max(v, eps1^2));  p -= alpha / max(1, RMS(u) / d) * u
+
+    Args:
+        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts.
+        lr (1e-2: caps the relative step size), beta2_decay (-0.8), eps ((None, 1e-3): eps1 floors the second
+        moment, None = float32's epsilon; eps2 floors RMS(p)), d (1.0: clipping threshold of RMS(u)),
+        weight_decay (0, decoupled), maximize (False).
+    State: step, row_var and col_var (>= 2 dims) or variance; float32 whatever ``state_dtype`` says.
+    """
+    spec = ref.Adafactor
+    shader = "adafactor.wgsl"
+    fields = ("decay", "w", "rho", "eps1", "eps2", "d", "sqrt_numel", "rows:u32", "row_tiles:u32", "aux:u32",
+              "cols:u32", "col_parts:u32", "batch:u32", "numel:u32")
+    flags = ("factored", "decay")
+    constants = {"RT": RT}
+    passes = (Pass("stats", fn="stats", param="r", grad="", reduce="x"),
+              Pass("rows", kind="custom"), Pass("cols", kind="custom"), Pass("finish", kind="custom"),
+              Pass("update_norm", fn="update_norm", param="", reduce="y"),
+              Pass("ratio", kind="per_tensor", fn="ratio"),
+              Pass("apply", fn="apply"))
+
+    def __init__(self, params, *args, **kwargs):
+        super().__init__(params, *args, **kwargs)
+        n = len(self._names)
+        self._fact = np.array([ref.factored(self._shapes[x]) for x in self._names])
+        self._dims = np.zeros((n, 5), np.int64)  # m, n, B, A, CP
+        off = 0
+        for t, name in enumerate(self._names):  # R, C, RA, M per factored tensor; V per unfactored one
+            shape = self._shapes[name]
+            if self._fact[t]:
+                m, nn = shape[-2], shape[-1]
+                B = int(np.prod(shape[:-2], dtype=np.int64))
+                self._dims[t, :4] = m, nn, B, off
+                off += 2 * B * m + B * nn + B
+            else:
+                self._dims[t, 3] = off
+                off += int(np.prod(shape, dtype=np.int64))
+        for t in np.flatnonzero(self._fact):
+            m, nn, B = self._dims[t, :3]
+            self._dims[t, 4] = off
+            off += B * (-(-m // RT)) * nn
+        if 4 * off > self.device.max_storage_binding:
+            raise ValueError(f"Adafactor: the factored and unfactored state needs {4 * off} bytes in one buffer, "
+                             f"more than the adapter's max storage binding ({self.device.max_storage_binding})")
+        self._aux = self.device.buffer(4 * max(off, 1), "Adafactor.aux")
+        self._sqrt_numel = np.sqrt(np.maximum(1, np.array([np.prod(self._shapes[x]) for x in self._names], np.float64)))
+        self._tables = {}
+        pairs = [(t, b, 0, 0) for t in np.flatnonzero(self._fact) for b in range(self._dims[t, 2])]
+        for k, bucket in enumerate(self.buckets):
+            for c in range(bucket.layout.num_chunks):
+                self._tables[(id(bucket), c)] = self._table(bucket, c, pairs if k == 0 and c == 0 else [])
+
+    def _table(self, bucket, c, pairs):
+        """One chunk's header, row segments and column jobs (and the (tensor, batch) pairs of the finish pass)."""
+        rows, cols = [], []
+        for t in bucket.ids:
+            if not self._fact[t]:
+                continue
+            m, nn, B = (int(x) for x in self._dims[t, :3])
+            for (pc, off, ln, toff) in bucket.layout.pieces[bucket.local[t]]:
+                if pc != c or not ln:
+                    continue
+                lo, hi = toff, toff + ln
+                q = np.arange(lo // nn, (hi - 1) // nn + 1, dtype=np.int64)
+                s, e = np.maximum(q * nn, lo), np.minimum((q + 1) * nn, hi)
+                seg = np.stack([np.full_like(q, t), q, off + (s - lo), e - s], 1)
+                rows.append(seg[seg[:, 3] > 0])
+                for b in range(B):  # rows of batch b present (maybe in part) in this piece, by row tile
+                    ra, re = max(lo // nn, b * m) - b * m, min((hi - 1) // nn + 1, (b + 1) * m) - b * m
+                    while ra < re:
+                        rb = min((ra // RT + 1) * RT, re)
+                        cols += [(t, b, c0, ra, rb, lo, hi, off) for c0 in range(0, nn, self.WG)]
+                        ra = rb
+        rows = np.concatenate(rows) if rows else np.zeros((0, 4), np.int64)
+        cols = np.array(cols, np.int64).reshape(-1, 8)
+        extra = np.array(pairs, np.int64).reshape(-1, 4)
+        hdr = np.array([[2, len(rows), 2 + len(rows), len(cols)],
+                        [2 + len(rows) + 2 * len(cols), len(extra), 0, 0]], np.int64)
+        tab = np.concatenate([hdr, rows, cols.reshape(-1, 4), extra]).astype(np.uint32)
+        return self.device.buffer(tab.nbytes, f"Adafactor.tables[{c}]", data=tab), (len(rows), len(cols), len(extra))
+
+    def _extra_buffers(self, bucket, chunk):
+        return {"aux": self._aux, "tables": self._tables[(id(bucket), chunk)][0]}
+
+    def _custom_groups(self, p, bucket, chunk):
+        return self._tables[(id(bucket), chunk)][1][("rows", "cols", "finish").index(p.entry)]
+
+    def _scratch_bytes(self) -> int:
+        return super()._scratch_bytes() + self._aux.size + sum(b.size for b, _ in self._tables.values())
+
+    def fill(self, g, t, fresh, sel):
+        lr, wd = g["lr"], g["weight_decay"]
+        d = self._dims[sel]
+        cols = dict(decay=1 - lr * wd, w=t ** g["beta2_decay"], rho=np.minimum(lr, 1 / np.sqrt(t)),
+                    eps1=ref.eps1_of(g), eps2=g["eps"][1], d=g["d"], sqrt_numel=self._sqrt_numel[sel],
+                    rows=d[:, 0], row_tiles=-(-d[:, 0] // RT), aux=d[:, 3], cols=d[:, 1], col_parts=d[:, 4],
+                    batch=d[:, 2], numel=[int(np.prod(self._shapes[self._names[i]])) for i in sel])
+        return cols, dict(factored=self._fact[sel], decay=wd != 0)
+
+    # -- state dicts: the factored moments live in aux --------------------------------------------------
+    def _aux_views(self, host: np.ndarray, t: int) -> dict:
+        m, nn, B, A, _ = (int(x) for x in self._dims[t])
+        shape = self._shapes[self._names[t]]
+        if not self._fact[t]:
+            return {"variance": host[A:A + int(np.prod(shape))].reshape(shape)}
+        return {"row_var": host[A:A + B * m].reshape(self.spec.state_shape("row_var", shape)),
+                "col_var": host[A + B * m:A + B * m + B * nn].reshape(self.spec.state_shape("col_var", shape))}
+
+    @locked
+    def state_dict(self) -> dict:
+        sd = super().state_dict()
+        host = self.device.read(self._aux, 0, self._aux.size, out=np.empty(self._aux.size // 4, np.float32))
+        for t, n in enumerate(self._names):
+            if n in sd["state"]:
+                sd["state"][n].update({k: v.copy() for k, v in self._aux_views(host, t).items()})
+        return sd
+
+    @locked
+    def load_state_dict(self, sd: dict, cast: bool = False, params: dict | None = None) -> None:
+        super().load_state_dict(sd, cast, params)  # validates everything first, then steps and hyperparameters
+        host = np.zeros(self._aux.size // 4, np.float32)  # moments from sd; row/column accumulators zero
+        for t, n in enumerate(self._names):
+            st = sd["state"].get(n, {})
+            for k, view in self._aux_views(host, t).items():
+                if k in st:
+                    view[...] = np.asarray(st[k]).astype(np.float32)
+        self.device.transfer.upload([(self._aux, 0, host.view(np.uint8))])

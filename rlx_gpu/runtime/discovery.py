@@ -1,0 +1,86 @@
+"""Adapters: what WebGPU finds, ranked best first, and the selector that picks one.
+
+A selector is ``None`` (the ``RLX_GPU_ADAPTER`` environment variable, else the best adapter), a backend name
+(``"vulkan"``, ``"metal"``, ``"dx12"``, ``"gl"``), ``"cpu"`` for a CPU adapter, ``"gpu"`` for any hardware
+adapter, or a case-insensitive substring of the adapter's name.
+"""
+from __future__ import annotations
+
+__all__ = ["NoAdapterError", "adapters"]
+
+_INSTALL_HINT = (
+    "rlx_gpu needs a WebGPU adapter (Vulkan, Metal or DX12). On a machine without a GPU, install a "
+    "CPU Vulkan driver: on Debian/Ubuntu `apt-get install -y libvulkan1 mesa-vulkan-drivers` "
+    "(llvmpipe); on Fedora `dnf install mesa-vulkan-drivers`."
+)
+
+_BACKENDS = {"vulkan": "Vulkan", "metal": "Metal", "dx12": "D3D12", "d3d12": "D3D12", "gl": "OpenGL",
+             "opengl": "OpenGL", "gles": "OpenGL"}
+_TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "Unknown": 3, "CPU": 4}
+_BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
+
+
+class NoAdapterError(RuntimeError):
+    """Raised when no WebGPU adapter matches (or none exists at all)."""
+
+
+def _wgpu():
+    try:
+        import wgpu
+    except ImportError as e:  # pragma: no cover - wgpu is a hard dependency
+        raise NoAdapterError(f"wgpu (wgpu-py) is not importable: {e}. pip install wgpu") from e
+    return wgpu
+
+
+def _enumerate():
+    try:
+        return list(_wgpu().gpu.enumerate_adapters_sync())
+    except Exception as e:  # the native library found no Vulkan/Metal/DX12 loader at all
+        raise NoAdapterError(f"no WebGPU adapter could be enumerated ({e}). {_INSTALL_HINT}") from e
+
+
+def _describe(a) -> dict:
+    info = a.info
+    return {
+        "name": info.get("device", ""),
+        "vendor": info.get("vendor", ""),
+        "backend": info.get("backend_type", ""),
+        "type": info.get("adapter_type", ""),
+        "driver": info.get("description", ""),
+    }
+
+
+def adapters() -> list[dict]:
+    """List the WebGPU adapters present, best first, as dicts (name, vendor, backend, type, driver)."""
+    return [_describe(a) for a in _ranked(_enumerate())]
+
+
+def _ranked(found):
+    def key(a):
+        d = _describe(a)
+        return (_TYPE_RANK.get(d["type"], 3), _BACKEND_RANK.get(d["backend"], 1))
+    return sorted(found, key=key)
+
+
+def _select(selector: str | None):
+    found = _ranked(_enumerate())
+    if not found:
+        raise NoAdapterError(f"no WebGPU adapter found. {_INSTALL_HINT}")
+    if not selector:
+        return found[0]
+    s = selector.strip().lower()
+    if s in ("cpu",):
+        cands = [a for a in found if _describe(a)["type"] == "CPU"]
+    elif s in ("gpu",):
+        cands = [a for a in found if _describe(a)["type"] != "CPU"]
+    elif s in _BACKENDS:
+        cands = [a for a in found if _describe(a)["backend"] == _BACKENDS[s]]
+    else:
+        cands = [a for a in found if s in _describe(a)["name"].lower()]
+    if not cands:
+        have = "; ".join(f"{d['name']} ({d['backend']}, {d['type']})" for d in map(_describe, found))
+        raise NoAdapterError(
+            f"no adapter matches {selector!r} (from the device argument or RLX_GPU_ADAPTER). "
+            f"Adapters present: {have}. Use a backend (vulkan, metal, dx12, gl), 'cpu', 'gpu' or part of a name."
+        )
+    return cands[0]

@@ -1,0 +1,143 @@
+"""WGSL source: the shipped files, includes, reflection, and specialisation of storage bindings by dtype.
+
+Shaders live in ``shaders/*.wgsl`` (shipped in the wheel as ``rlx_gpu/shaders``). The only textual templating
+is a line ``// #include "name.wgsl"`` (a missing file or an include loop fails loudly). Bindings are read from
+their ``@group(0) @binding(N) var<storage, MODE> NAME`` declarations, and :func:`used_bindings` follows an entry
+point's calls to the bindings it touches, so a pipeline's layout holds only those (WebGPU's limit of storage
+buffers per stage applies per pipeline). :func:`typed_array` declares a binding of float32, float16 or bfloat16
+elements with ``ld_<name>(i) -> vec4<f32>`` and ``st_<name>(i, v)`` accessors (``shaders/lowp.wgsl``), so kernels
+compute in float32 whatever the storage.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+__all__ = ["shader_dir", "shader_files", "resolve", "load_source", "bindings", "entry_points", "used_bindings",
+           "typed_array"]
+
+_INCLUDE = re.compile(r'^[ \t]*//[ \t]*#include[ \t]+"([\w.\-]+)"[ \t]*$', re.M)
+_BINDING = re.compile(
+    r"@group\(0\)\s*@binding\((\d+)\)\s*var<storage\s*,\s*(read|read_write)\s*>\s*(\w+)\s*:")
+_ENTRY = re.compile(r"@compute\s+@workgroup_size\([^)]*\)\s*fn\s+(\w+)")
+_FN = re.compile(r"\bfn\s+(\w+)\s*\(")
+_IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+_COMMENT = re.compile(r"//[^\n]*")
+
+
+def shader_dir() -> Path:
+    """The folder holding the shipped ``.wgsl`` files (inside the installed package, else the checkout)."""
+    here = Path(__file__).resolve().parent.parent
+    for cand in (here / "shaders", here.parent / "shaders"):
+        if cand.is_dir() and any(cand.glob("*.wgsl")):
+            return cand
+    raise FileNotFoundError(f"rlx_gpu: no shaders folder next to {here} (looked in rlx_gpu/shaders and shaders/)")
+
+
+def shader_files() -> list[Path]:
+    """Every shipped shader file."""
+    return sorted(shader_dir().glob("*.wgsl"))
+
+
+def resolve(path: Path, search: tuple = (), _stack: tuple = ()) -> tuple[str, list]:
+    """``path``'s text with includes resolved, and for each output line its (file, line) of origin.
+
+    An include is looked up next to the including file, then in ``search`` folders; a missing one fails loudly,
+    and so does an include loop (ValueError naming the chain)."""
+    path = Path(path)
+    key = path.resolve()
+    if key in _stack:
+        chain = " -> ".join(p.name for p in (*_stack[_stack.index(key):], key))
+        raise ValueError(f"rlx_gpu: include loop: {chain}")
+    if not path.is_file():
+        raise FileNotFoundError(f"rlx_gpu: shader {path.name!r} not found in {path.parent}")
+    out, origin = [], []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        m = _INCLUDE.match(line)
+        if not m:
+            out.append(line)
+            origin.append((str(path), i))
+            continue
+        name = m.group(1)
+        cand = [d / name for d in (path.parent, *search) if (d / name).is_file()]
+        if not cand:
+            raise FileNotFoundError(f"rlx_gpu: shader {name!r} not found (included from {path.name}:{i})")
+        text, orig = resolve(cand[0], search, (*_stack, key))
+        out += [f"// ---- begin {name} ----", *text.splitlines(), f"// ---- end {name} ----"]
+        origin += [(str(path), i), *orig, (str(path), i)]
+    return "\n".join(out) + "\n", origin
+
+
+@functools.lru_cache(maxsize=None)
+def load_source(name: str) -> str:
+    """The WGSL text of shipped shader ``name`` with its includes resolved."""
+    return resolve(shader_dir() / name)[0]
+
+
+def bindings(source: str) -> dict[str, tuple[int, bool]]:
+    """``name -> (binding index, read_only)`` for every group-0 storage binding in ``source``."""
+    return {name: (int(idx), mode == "read") for idx, mode, name in _BINDING.findall(source)}
+
+
+def entry_points(source: str) -> list[str]:
+    return _ENTRY.findall(source)
+
+
+def _functions(source: str) -> dict[str, str]:
+    """Function name -> body text (braces matched; comments removed)."""
+    text = _COMMENT.sub("", source)
+    out = {}
+    for m in _FN.finditer(text):
+        start = text.find("{", m.end())
+        depth, i = 0, start
+        while i < len(text):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+            if depth == 0:
+                break
+        out[m.group(1)] = text[m.end():i]  # parameters and body
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def used_bindings(source: str, entry: str) -> frozenset:
+    """The bindings entry point ``entry`` uses, through the functions it calls."""
+    fns, names = _functions(source), set(bindings(source))
+    seen, todo, used = set(), [entry], set()
+    while todo:
+        f = todo.pop()
+        if f in seen or f not in fns:
+            continue
+        seen.add(f)
+        ids = set(_IDENT.findall(fns[f]))
+        used |= ids & names
+        todo += [i for i in ids if i in fns]
+    return frozenset(used)
+
+
+def typed_array(name: str, index: int, dtype, read_only: bool, native_f16: bool) -> str:
+    """A storage binding of ``dtype`` elements (groups of four per index) and its float32 accessors:
+    ``ld_<name>(i) -> vec4<f32>``, ``ld1_<name>(e) -> f32`` (element e) and, when writable, ``st_<name>(i, v)``
+    (rounded to nearest even for 16-bit dtypes) and ``sts_<name>(i, v, bits)`` (stochastically rounded)."""
+    mode = "read" if read_only else "read_write"
+    d = dtype.name
+    if d == "float32":
+        decl, ld, ld1 = "vec4<f32>", f"{name}[i]", f"{name}[e / 4u][e % 4u]"
+        st, sts = f"{name}[i] = v;", f"{name}[i] = v;"
+    elif d == "float16" and native_f16:
+        decl, ld, ld1 = "vec4<f16>", f"vec4<f32>({name}[i])", f"f32({name}[e / 4u][e % 4u])"
+        st = f"{name}[i] = vec4<f16>(v);"
+        sts = f"{name}[i] = vec4<f16>(unpack4_f16(sr4_f16(v, bits)));"  # (exact: the value is a float16)
+    else:
+        tag = "f16" if d == "float16" else "bf16"
+        decl, ld = "vec2<u32>", f"unpack4_{tag}({name}[i])"
+        ld1 = f"unpack1_{tag}({name}[e / 4u], e % 4u)"
+        st, sts = f"{name}[i] = pack4_{tag}(v);", f"{name}[i] = sr4_{tag}(v, bits);"
+    out = [f"@group(0) @binding({index}) var<storage, {mode}> {name}: array<{decl}>;",
+           f"fn ld_{name}(i: u32) -> vec4<f32> {{ return {ld}; }}",
+           f"fn ld1_{name}(e: u32) -> f32 {{ return {ld1}; }}"]
+    if not read_only:
+        out += [f"fn st_{name}(i: u32, v: vec4<f32>) {{ {st} }}",
+                f"fn sts_{name}(i: u32, v: vec4<f32>, bits: vec4<u32>) {{ {sts} }}"]
+    return "\n".join(out)
