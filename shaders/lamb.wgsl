@@ -13,7 +13,8 @@ fn moments(r: Rec, e: u32, p: vec4<f32>, g: vec4<f32>, s: State) -> Out {
     var o = out(p, s);
     o.s.exp_avg = lerp4(s.exp_avg, g, r.omb1);
     o.s.exp_avg_sq = s.exp_avg_sq * r.b2 + r.omb2 * g * g;
-    let u = direction(r, p, o.s.exp_avg, o.s.exp_avg_sq);
+    // the apply pass re-reads the moments as stored (state_dtype): the norm of u is taken from those values too
+    let u = direction(r, p, round_state(o.s.exp_avg), round_state(o.s.exp_avg_sq));
     o.sum_a = p * p;
     o.sum_b = u * u;
     return o;

@@ -256,3 +256,53 @@ def test_qhadamw_with_unit_nus_is_adamw():
         a.step({"w": g})
         q.step({"w": g})
     np.testing.assert_allclose(q.params["w"], a.params["w"], rtol=1e-5, atol=1e-6)
+
+
+# -- bfloat16 parameters against torch on the CPU ----------------------------------------------------------------
+def bf16_ulps(a, b) -> float:
+    """|a - b| in units of bfloat16's spacing at b; values below 1% of the tensor's largest count at that floor
+    (elements that are sums of larger terms lose their relative precision near zero)."""
+    a, b = np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64)
+    mag = np.maximum(np.abs(b), 1e-2 * np.abs(b).max(initial=1e-30))
+    return float((np.abs(a - b) / 2.0 ** (np.floor(np.log2(mag)) - 7)).max(initial=0.0))
+
+
+# (twin, torch class, options, torch implementation, bfloat16 ULPs allowed for params, for states). torch's fused CPU
+# kernels compute in float32 and round at the store, as ours; its single-tensor path rounds every operation to
+# bfloat16 (torch 2.13's fused CPU SGD is not used: on tensors of 32 elements or more its bfloat16 results differ
+# from its own single-tensor path by hundreds of ULPs).
+BF16_ORACLE = [
+    (R.Adam, "Adam", {}, {"fused": True}, 1, 1),
+    (R.Adam, "Adam", {"weight_decay": 0.1, "amsgrad": True, "maximize": True}, {"fused": True}, 1, 1),
+    (R.AdamW, "AdamW", {"weight_decay": 0.3}, {"fused": True}, 1, 1),
+    (R.Adagrad, "Adagrad", {"weight_decay": 0.1, "lr_decay": 0.01}, {"fused": True}, 2, 2),
+    (R.SGD, "SGD", {}, {"foreach": False}, 2, 0),
+    (R.SGD, "SGD", {"momentum": 0.9, "nesterov": True, "weight_decay": 0.01}, {"foreach": False}, 2, 32),
+    (R.RMSprop, "RMSprop", {}, {"foreach": False}, 16, 8),
+    (R.RMSprop, "RMSprop", {"centered": True, "momentum": 0.5}, {"foreach": False}, 16, 8),
+]
+
+
+@pytest.mark.parametrize("twin_cls,torch_name,opts,impl,p_ulps,s_ulps", BF16_ORACLE,
+                         ids=[f"{t}-{','.join(o) or 'defaults'}-{next(iter(i))}" for _, t, o, i, _, _ in BF16_ORACLE])
+def test_bfloat16_twin_matches_torch(twin_cls, torch_name, opts, impl, p_ulps, s_ulps):
+    torch = pytest.importorskip("torch", reason="torch is the oracle here")
+    from ml_dtypes import bfloat16
+    rng = np.random.default_rng(0)
+    init = {n: rng.standard_normal(s).astype(np.float32).astype(bfloat16) for n, s in {"a": (5, 7), "b": (33,)}.items()}
+    twin = twin_cls(init, **opts, state_dtype="bfloat16")  # torch keeps a bfloat16 param's state in bfloat16
+    tp = {n: torch.tensor(v.astype(np.float32)).to(torch.bfloat16).requires_grad_(True) for n, v in init.items()}
+    hyper = {k: v for k, v in twin.param_groups[0].items() if k != "params"}
+    topt = getattr(torch.optim, torch_name)(list(tp.values()), **hyper, **impl)
+    for _ in range(25):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32).astype(bfloat16) for n, v in init.items()}
+        for n, t in tp.items():
+            t.grad = torch.tensor(g[n].astype(np.float32)).to(torch.bfloat16)
+        topt.step()
+        twin.step(g)
+    for n, t in tp.items():
+        assert twin.params[n].dtype == bfloat16
+        assert bf16_ulps(twin.params[n], t.detach().float().numpy()) <= p_ulps, n
+        for k, v in twin.state_dict()["state"][n].items():
+            if k != "step":
+                assert bf16_ulps(v, topt.state[t][k].float().numpy()) <= s_ulps, f"{k} of {n}"

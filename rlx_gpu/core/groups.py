@@ -127,8 +127,7 @@ def parse_params(owner: str, params, defaults: dict):
 
 
 def _dtypes_word(dts) -> str:
-    names = sorted({str(np.dtype(d)) for d in dts}, key=lambda n: list(DTYPES).index(n) if n in DTYPES else 9)
-    return " or ".join(names)
+    return " or ".join(dict.fromkeys(str(np.dtype(d)) for d in dts))
 
 
 def check_grads(owner: str, grads, shapes: dict, device_tensor_type=None, device=None, call: str = "step",
@@ -161,6 +160,22 @@ def check_grads(owner: str, grads, shapes: dict, device_tensor_type=None, device
         if tuple(shape) != tuple(want):
             raise ValueError(f"{owner}: {noun} for {name!r} has shape {tuple(shape)}, expected {tuple(want)}")
     return grads
+
+
+def reconcile_master(owner: str, sd, has_master, cast: bool):
+    """``sd`` without the float32 master copies (``master_param``) of tensors this optimizer keeps none for: dropped
+    with ``cast``, else a ValueError naming the tensor. (Missing master copies are made from the parameters.)"""
+    if not isinstance(sd, dict) or not isinstance(sd.get("state"), dict):
+        return sd  # check_state_dict says what is wrong
+    state = {}
+    for n, st in sd["state"].items():
+        if isinstance(st, dict) and "master_param" in st and not has_master(n):
+            if not cast:
+                raise ValueError(f"{owner}.load_state_dict: the state of {n!r} holds master_param, but this optimizer "
+                                 f"keeps no float32 master copy of it; pass cast=True to drop it")
+            st = {k: v for k, v in st.items() if k != "master_param"}
+        state[n] = st
+    return dict(sd, state=state)
 
 
 def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tuple, defaults: dict,

@@ -201,6 +201,20 @@ def _param_helpers(master: bool, low: bool) -> str:
     return "\n".join([f"fn load_p(i: u32, r: Rec) -> vec4<f32> {{ {load} }}"] + body)
 
 
+def _round_state(sig: Signature) -> str:
+    """``round_state(v)``: ``v`` as it reads back once stored in the state dtype (for a pass that re-reads stored
+    state, so the one before it can use the same values: LAMB)."""
+    d = sig.state.name
+    if d == "float32":
+        body = "v"
+    elif d == "float16" and sig.native_f16:
+        body = "vec4<f32>(vec4<f16>(v))"
+    else:
+        tag = "f16" if d == "float16" else "bf16"
+        body = f"unpack4_{tag}(pack4_{tag}(v))"
+    return f"fn round_state(v: vec4<f32>) -> vec4<f32> {{ return {body}; }}"
+
+
 def optimizer_text(opt, sig: Signature) -> Text:
     """The full module of optimizer class ``opt`` for a bucket of signature ``sig``."""
     states = opt.arena_states
@@ -221,6 +235,7 @@ def optimizer_text(opt, sig: Signature) -> Text:
           "struct Out { p: vec4<f32>, s: State, sum_a: vec4<f32>, sum_b: vec4<f32> }\n"
           "fn out(p: vec4<f32>, s: State) -> Out { return Out(p, s, vec4<f32>(0.0), vec4<f32>(0.0)); }")
     t.gen(_param_helpers(sig.master, sig.param.low))
+    t.gen(_round_state(sig))
     t.file(opt.shader, idx)
     for p in passes:
         if p.kind == "elementwise":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.groups import check_grads, check_state_dict
+from ..core.groups import check_grads, check_state_dict, reconcile_master
 from ..core.lowp import F32
 from ..core.sync import locked
 
@@ -64,6 +64,7 @@ class StateMixin:
         ``params``: parameters to write in the same checked step (what ``restore`` passes)."""
         name = type(self).__name__
         self._settle()
+        sd = reconcile_master(name, sd, lambda n: n in self._index and bool(self._master[self._index[n]]), cast)
         state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes, self._state_names(),
                                          self.defaults, self._state_shape, self._state_dtype, cast)
         for h in hypers:

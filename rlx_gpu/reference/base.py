@@ -17,7 +17,8 @@ import numpy as np
 
 from ..core import options as shared
 from ..core.checkpoint import Checkpointable
-from ..core.groups import MAX_STEP, check_grads, check_state_dict, parse_params, resolve_lr_scale, scaled, validate_group
+from ..core.groups import (MAX_STEP, check_grads, check_state_dict, parse_params, reconcile_master, resolve_lr_scale,
+                           scaled, validate_group)
 from ..core.lowp import DTYPES, F32 as F32_DT, dtype_of, element_bits, name_hash, round_rne, round_stochastic, step_key
 from ..core.numerics import clip_coef, host_total_norm
 from ..core.sync import locked
@@ -127,6 +128,11 @@ class ReferenceOptimizer(Checkpointable):
 
     def _master(self, n) -> bool:
         return self.precision["master_weights"] and self.params[n].dtype.itemsize == 2
+
+    def _round_state(self, x: np.ndarray) -> np.ndarray:
+        """``x`` as it reads back once stored in ``state_dtype`` (for an update that re-reads its stored state:
+        LAMB's second pass)."""
+        return x if self._state_dt.name == "float32" else round_rne(x, self._state_dt).astype(F32)
 
     def _state_dtype(self, state: str, name: str) -> np.dtype:
         return self._state_dt.np if state in self.typed_states() else np.dtype(np.float32)
@@ -266,6 +272,7 @@ class ReferenceOptimizer(Checkpointable):
     @locked
     def load_state_dict(self, sd: dict, cast: bool = False, params: dict | None = None) -> None:
         name = type(self).__name__
+        sd = reconcile_master(name, sd, lambda n: n in self.params and self._master(n), cast)
         names = self.all_state_names + ((MASTER,) if any(self._master(n) for n in self.params) else ())
         state, hypers = check_state_dict(name, sd, self.param_groups, {n: p.shape for n, p in self.params.items()},
                                          names, self.defaults, self.state_shape_of, self._state_dtype, cast)
@@ -288,3 +295,6 @@ class ReferenceOptimizer(Checkpointable):
         self._last_norm = None
         self.state = {n: {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in st.items()}
                       for n, st in state.items()}
+        for n, st in self.state.items():  # a master copy the state dict lacks: the parameter's value
+            if self._master(n) and MASTER not in st:
+                st[MASTER] = self.params[n].astype(F32)

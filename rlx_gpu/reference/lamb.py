@@ -29,7 +29,9 @@ class LAMB(ReferenceOptimizer):
         m[...] = lerp(m, g, 1 - b1)
         v[...] = v * F32(b2) + F32(1 - b2) * g * g
         bc1, bc2 = (1 - b1 ** t, 1 - b2 ** t) if group["bias_correction"] else (1.0, 1.0)
-        u = (m / F32(bc1)) / (np.sqrt(v / F32(bc2)) + F32(group["eps"])) + F32(group["weight_decay"]) * p
+        # the GPU's apply pass re-reads the moments it stored: u from their stored values (state_dtype)
+        mr, vr = self._round_state(m), self._round_state(v)
+        u = (mr / F32(bc1)) / (np.sqrt(vr / F32(bc2)) + F32(group["eps"])) + F32(group["weight_decay"]) * p
         pn, un = norm32(p), norm32(u)
         r = F32(1) if pn == 0 or un == 0 else pn / un
         p -= (F32(group["lr"]) * r) * u
