@@ -114,6 +114,8 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, Checkpointable):
         self._name_hash = np.array([name_hash(n) for n in self._names], np.uint32)
         self._master = np.array([b.sig.master for b, _ in self._where])
         self._sr = np.array([bool(self.precision["stochastic_rounding"]) and d.low for d in dts])
+        self._static_bits = self.record.flags(len(self._names), {"master": self._master, "sr": self._sr})
+        self._has_bits: dict = {}
         self._hyper = dev.buffer(4 * self.record.size * (len(self._names) + 1), f"{name}.hyper")
         reducing = any(p.reduce or p.kind == "per_tensor" for p in self.passes + self.other_passes)
         # per-block sums of the reducing passes (two floats per block), read by the per-tensor passes
@@ -121,6 +123,8 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, Checkpointable):
         self._dummies: dict = {}
         self._binds: dict = {}
         self._modules: dict = {}
+        self._kernels: dict = {}
+        self._validated = None
         self._init_host_state()
         self._init_reductions()
 
@@ -136,8 +140,11 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, Checkpointable):
         return self._modules[bucket.sig]
 
     def _kernel(self, bucket, entry: str):
-        return get_kernel(self.device, f"{type(self).__name__}:{bucket.sig.param.name}", self._module(bucket), entry,
-                          WG=self.WG, EPT=self.EPT, **self.constants)
+        key = (bucket.sig, entry)
+        if key not in self._kernels:
+            self._kernels[key] = get_kernel(self.device, f"{type(self).__name__}:{bucket.sig.param.name}",
+                                            self._module(bucket), entry, WG=self.WG, EPT=self.EPT, **self.constants)
+        return self._kernels[key]
 
     def _dummy(self, key: str):
         if key not in self._dummies:
@@ -174,16 +181,31 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, Checkpointable):
 
     def _encode(self, enc) -> None:
         """Record the step's passes: elementwise and custom ones over every chunk of every bucket, per-tensor ones
-        once with a workgroup per tensor."""
-        for p in self.passes:
-            if p.kind == "per_tensor":
-                b = self.buckets[0]
-                self._kernel(b, p.kernel).dispatch(enc, self._bind(p.kernel, b, 0), len(self._names))
-                continue
-            for b in self.buckets:
-                for c, blk in enumerate(b.layout.blocks):
-                    n = len(blk) if p.kind == "elementwise" else self._custom_groups(p, b, c)
-                    self._kernel(b, p.kernel).dispatch(enc, self._bind(p.kernel, b, c), n)
+        once with a workgroup per tensor. The plan (kernel, bind group, workgroups) is made once (and again when a
+        state arena is made)."""
+        if "plan" not in self._binds:
+            plan = []
+            for p in self.passes:
+                if p.kind == "per_tensor":
+                    b = self.buckets[0]
+                    plan.append((self._kernel(b, p.kernel), self._bind(p.kernel, b, 0), len(self._names)))
+                    continue
+                for b in self.buckets:
+                    for c, blk in enumerate(b.layout.blocks):
+                        n = len(blk) if p.kind == "elementwise" else self._custom_groups(p, b, c)
+                        plan.append((self._kernel(b, p.kernel), self._bind(p.kernel, b, c), n))
+            self._binds["plan"] = plan
+        for k, bind, n in self._binds["plan"]:
+            k.dispatch(enc, bind, n)
+
+    def _validate_groups(self) -> None:
+        """Every group's hyperparameters checked (again only when one has changed since the last check)."""
+        keys = list(self.spec.defaults)
+        now = [[repr(g.get(k)) for k in keys] for g in self.param_groups]  # (a repr compares NaNs and arrays too)
+        if now != self._validated:
+            for g in self.param_groups:
+                self.spec.validate(g)
+            self._validated = now
 
     # -- host transfers -------------------------------------------------------------------------------------
     def _write_params(self, arrays: dict, init_master: bool = False) -> None:

@@ -75,20 +75,28 @@ class Record:
         """The flags word of ``n`` tensors from ``{flag name: bool or bool array}``."""
         out = np.zeros(n, np.uint32)
         for name, on in named.items():
-            out |= np.where(np.asarray(on, bool), np.uint32(self.bit[name]), np.uint32(0))
+            if isinstance(on, (bool, np.bool_)):
+                if on:
+                    out |= np.uint32(self.bit[name])
+            else:
+                out |= np.asarray(on, bool).astype(np.uint32) * np.uint32(self.bit[name])
         return out
 
     def pack(self, n: int, columns: dict, flags: np.ndarray, words: dict) -> np.ndarray:
         """``(n, REC)`` uint32 words: float ``columns`` (name -> scalar or array, float64 rounded once to
         float32), the ``flags`` word, and engine u32 ``words`` (name -> array)."""
-        out = np.zeros((n, self.size), np.uint32)
-        unknown = set(columns) - set(self.fields)
-        if unknown:
-            raise KeyError(f"record has no field(s) {sorted(unknown)}; fields: {self.fields}")
+        vals = np.zeros((n, self.size), np.float64)
+        ints = {}
         for name, v in columns.items():
-            col = np.broadcast_to(np.asarray(v), (n,))
-            out[:, self.tensor.offset[name]] = col.astype(np.uint32) if self.tensor.kind[name] == "u32" \
-                else col.astype(np.float64).astype(np.float32).view(np.uint32)
+            if self.tensor.kind.get(name) == "f32":
+                vals[:, self.tensor.offset[name]] = v
+            elif name in self.tensor.kind:
+                ints[name] = v
+            else:
+                raise KeyError(f"record has no field {name!r}; fields: {self.fields}")
+        out = vals.astype(np.float32).view(np.uint32)  # each float64 column rounded once to float32
+        for name, v in ints.items():
+            out[:, self.tensor.offset[name]] = v
         out[:, self.tensor.offset["flags"]] = flags
         for name, v in words.items():
             out[:, self.tensor.offset[name]] = v

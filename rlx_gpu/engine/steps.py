@@ -104,8 +104,7 @@ class StepMixin:
     @locked
     def _step(self, grads, check: bool, loss_scale=None, inv_scale: float = 1.0) -> Outcome:
         name = type(self).__name__
-        for g in self.param_groups:
-            self.spec.validate(g)
+        self._validate_groups()
         n = len(self._names)
         if grads is None:
             active = np.ones(n, bool)
@@ -210,10 +209,12 @@ class StepMixin:
             for k, v in c.items():
                 cols.setdefault(k, np.zeros(n))[sel] = v
             flags[sel] = rec.flags(len(sel), dict(f, maximize=bool(g.get("maximize", False))))
-        named = {"active": active, "master": self._master, "sr": self._sr}
-        for s in self.arena_states:
-            named[f"has_{s}"] = [s in m for m in mat]
-        flags |= rec.flags(n, named)
+        key = tuple(mat)
+        if key not in self._has_bits:
+            if len(self._has_bits) > 64:
+                self._has_bits.clear()
+            self._has_bits[key] = rec.flags(n, {f"has_{s}": [s in m for m in mat] for s in self.arena_states})
+        flags |= self._static_bits | self._has_bits[key] | (active.astype(np.uint32) * np.uint32(rec.bit["active"]))
         words = {"first_block": self._first_block, "num_blocks": self._num_blocks}
         if self._sr.any():
             words["rkey"] = step_keys(self.precision["rounding_seed"], steps, self._name_hash)
