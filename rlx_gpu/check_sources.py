@@ -86,7 +86,7 @@ def shipped() -> list:
             out.append(Source(d / cls.shader, t.text(), t.origin, entries,
                               {"WG": cls.WG, "EPT": cls.EPT, **cls.constants}, f"{name} ({label})"))
     clip = {"WG": ReduceMixin.CLIP_SHAPE[0], "EPT": ReduceMixin.CLIP_SHAPE[1], "BPW": ReduceMixin.CLIP_BPW,
-            "U": ReduceMixin.CLIP_FLAT_U}
+            "U": ReduceMixin.CLIP_FLAT_U, "CHECK": True, "NORM": True}
     record = Optimizer.optimizer_classes()["AdamW"].record
     for grad, native in ((F32, False), (BF16, False), (F16, True)):
         t = engine_text("clip.wgsl", record, grad, native)

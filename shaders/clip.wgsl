@@ -11,40 +11,49 @@
 //                             GRAD_MUL word (times INV_SCALE), total into TOTAL_NORM
 //   scale   (blocks):         g *= c (the stand-alone clip; the fused option leaves the grads alone and the step's
 //                             kernels multiply by GRAD_MUL instead)
-//   kind 4 (CHECK): partial/flat/total set NONFINITE when any counted grad is inf or NaN (on the bit pattern).
+//   CHECK: the same passes also flag a grad that is inf or NaN (on the bit pattern), and total sets NONFINITE; NORM
+//   off: a check alone (no clip factor). A checked, clipped step takes both in one read of the grads.
 // NaN and inf as torch gives them: a NaN grad makes the total NaN and the factor NaN, an inf grad or a sum past
 // float32's range makes it inf and the factor 0. Maxima and the factor's min() go through ieee.wgsl's helpers.
 override BPW: u32 = 1u;  // blocks per workgroup in the partial pass (more bytes in flight per thread)
-override CHECK: bool = false;  // the pipelines of the inf/NaN check: kind 4 whatever NORM_KIND says
+override CHECK: bool = false;  // also flag inf/NaN grads (NONFINITE)
+override NORM: bool = true;    // compute the norm and the clip factor
 override U: u32 = 8u;  // vec4 loads per thread per round of the flat pass
 
-@group(0) @binding(N) var<storage, read_write> scratch: array<f32>;
+@group(0) @binding(N) var<storage, read_write> scratch: array<vec2<f32>>;  // (norm partial, inf/NaN flag)
 
 fn gword(k: u32) -> u32 { return hyper[glob_base() + k]; }
 fn gf(k: u32) -> f32 { return bitcast<f32>(gword(k)); }
-fn kind_of() -> u32 { return select(gword(GLOB_NORM_KIND), 4u, CHECK); }
+fn kind_of() -> u32 { return gword(GLOB_NORM_KIND); }
 
 fn combine(a: f32, b: f32, kind: u32) -> f32 {
-    if (kind == 2u || kind == 4u) { return nan_max(a, b); }
+    if (kind == 2u) { return nan_max(a, b); }
     return a + b;
 }
 
+// (norm partial, inf/NaN flag) pairs combined across the workgroup
 fn reduce_kind(lid: u32, kind: u32) {
     for (var s = WG / 2u; s > 0u; s = s / 2u) {
         workgroupBarrier();
-        if (lid < s) { red[lid] = combine(red[lid], red[lid + s], kind); }
+        if (lid < s) {
+            red2[lid] = vec2<f32>(combine(red2[lid].x, red2[lid + s].x, kind), max(red2[lid].y, red2[lid + s].y));
+        }
     }
     workgroupBarrier();
 }
 
-// acc combined with |x| of one vec4 for this kind (kind 4: 1 if any lane is inf or NaN)
-fn fold(acc: f32, x: vec4<f32>, kind: u32, p: f32) -> f32 {
+// acc (norm partial, flag) combined with one vec4 of grads
+fn fold(acc: vec2<f32>, x: vec4<f32>, kind: u32, p: f32) -> vec2<f32> {
     let a = abs(x);
-    if (kind == 4u) { return select(acc, 1.0, !all(is_finite4(a))); }
-    if (kind == 0u) { return acc + dot(a, a); }
-    if (kind == 1u) { return acc + a.x + a.y + a.z + a.w; }
-    if (kind == 2u) { return nan_max(acc, nan_max(nan_max(a.x, a.y), nan_max(a.z, a.w))); }
-    return acc + dot(select(pow(a, vec4<f32>(p)), a, is_nan4(a)), vec4<f32>(1.0));
+    var out = acc;
+    if (CHECK) { out.y = select(out.y, 1.0, !all(is_finite4(a))); }
+    if (NORM) {
+        if (kind == 0u) { out.x = out.x + dot(a, a); }
+        else if (kind == 1u) { out.x = out.x + a.x + a.y + a.z + a.w; }
+        else if (kind == 2u) { out.x = nan_max(out.x, nan_max(nan_max(a.x, a.y), nan_max(a.z, a.w))); }
+        else { out.x = out.x + dot(select(pow(a, vec4<f32>(p)), a, is_nan4(a)), vec4<f32>(1.0)); }
+    }
+    return out;
 }
 
 @compute @workgroup_size(WG)
@@ -56,7 +65,7 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let kind = kind_of();
     let p = gf(GLOB_NORM_P);
     let all = gword(GLOB_COUNT_ALL) != 0u;
-    var acc = 0.0;
+    var acc = vec2<f32>(0.0);
     for (var j = 0u; j < BPW; j++) {
         if (b0 + j >= nb) { break; }
         let blk = blocks[b0 + j];
@@ -66,10 +75,10 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
             if (4u * i < blk.z) { acc = fold(acc, select(ld_grad(i), vec4<f32>(0.0), tail(i, blk.z)), kind, p); }
         }
     }
-    red[lid] = acc;
+    red2[lid] = acc;
     reduce_kind(lid, kind);
     // one slot per group of BPW blocks (the first block's); the others stay zero
-    if (lid == 0u) { scratch[blocks[b0].w] = red[0]; }
+    if (lid == 0u) { scratch[blocks[b0].w] = red2[0]; }
 }
 
 @compute @workgroup_size(WG)
@@ -80,32 +89,32 @@ fn flat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let n = arrayLength(&grad);
     let kind = kind_of();
     let p = gf(GLOB_NORM_P);
-    var acc = 0.0;
+    var acc = vec2<f32>(0.0);
     for (var base = w * WG * U + lid; base < n; base = base + stride) {
         for (var k = 0u; k < U; k++) {
             let i = base + k * WG;
             if (i < n) { acc = fold(acc, ld_grad(i), kind, p); }
         }
     }
-    red[lid] = acc;
+    red2[lid] = acc;
     reduce_kind(lid, kind);
-    if (lid == 0u) { scratch[w] = red[0]; }
+    if (lid == 0u) { scratch[w] = red2[0]; }
 }
 
 @compute @workgroup_size(WG)
 fn total(@builtin(local_invocation_index) lid: u32) {
     let kind = kind_of();
-    var acc = 0.0;
-    for (var j = lid; j < arrayLength(&scratch); j = j + WG) { acc = combine(acc, scratch[j], kind); }
-    red[lid] = acc;
+    var acc = vec2<f32>(0.0);
+    for (var j = lid; j < arrayLength(&scratch); j = j + WG) {
+        acc = vec2<f32>(combine(acc.x, scratch[j].x, kind), max(acc.y, scratch[j].y));
+    }
+    red2[lid] = acc;
     reduce_kind(lid, kind);
     if (lid == 0u) {
         let g = glob_base();
-        if (kind == 4u) {
-            hyper[g + GLOB_NONFINITE] = select(0u, 1u, red[0] > 0.0);
-            return;
-        }
-        var t = red[0];
+        if (CHECK) { hyper[g + GLOB_NONFINITE] = select(0u, 1u, red2[0].y > 0.0); }
+        if (!NORM) { return; }
+        var t = red2[0].x;
         if (kind == 0u) { t = sqrt(t); } else if (kind == 3u) { t = select(pow(t, 1.0 / gf(GLOB_NORM_P)), t, is_nan(t)); }
         t = t * gf(GLOB_INV_SCALE);  // the norm of the unscaled grads
         let q = gf(GLOB_MAX_NORM) / (t + 1e-6);

@@ -45,7 +45,7 @@ def py_max(a, b):
 
 # -- torch.nn.utils.clip_grad_norm_ on the host (the twins' fused clip and rlx_gpu.clip_grad_norm on NumPy) -------
 #: The norm kinds of the clip, as the reduction kernels number them (shaders/clip.wgsl).
-NORM_KINDS = {"l2": 0, "l1": 1, "inf": 2, "p": 3, "check": 4}
+NORM_KINDS = {"l2": 0, "l1": 1, "inf": 2, "p": 3}
 
 
 def norm_kind(norm_type) -> tuple[int, float]:

@@ -28,20 +28,23 @@ class ReduceMixin:
         self._clipk: dict = {}
         self._clip_scratch = None
 
-    def _clip_kernels(self, bucket, check: bool):
+    def _clip_kernels(self, bucket, check: bool, norm: bool = True):
+        """clip.wgsl's kernels for this bucket's grad dtype: the inf/NaN flag with ``check``, the norm and the clip
+        factor with ``norm`` (a checked, clipped step takes both in one read of the grads)."""
         wg, ept = self.CLIP_SHAPE if self.CLIP_SHAPE[0] * self.CLIP_SHAPE[1] == self.WG * self.EPT \
             else (self.WG, self.EPT)  # the same block size as the optimizer's block tables
-        key = (bucket.sig.grad.name, check)
+        key = (bucket.sig.grad.name, check, norm)
         if key not in self._clipk:
             code = engine_module("clip.wgsl", self.record, bucket.sig.grad, self.device.native_f16)
             self._clipk[key] = {e: get_kernel(self.device, f"clip.wgsl:{bucket.sig.grad.name}", code, e, WG=wg,
-                                              EPT=ept, BPW=self.CLIP_BPW, U=self.CLIP_FLAT_U, CHECK=check)
+                                              EPT=ept, BPW=self.CLIP_BPW, U=self.CLIP_FLAT_U, CHECK=check, NORM=norm)
                                 for e in ("partial", "flat", "total", "scale")}
         if self._clip_scratch is None:
-            self._clip_scratch = self.device.buffer(4 * max(1, self._total_blocks), f"{type(self).__name__}.clip")
+            # one (partial, flag) slot of 8 bytes per block
+            self._clip_scratch = self.device.buffer(8 * max(1, self._total_blocks), f"{type(self).__name__}.clip")
             # the flat pass writes one slot per workgroup into its chunk's region (aligned for the binding), in a
-            # buffer of its own: the total sums every slot, so neither pass may see the other's old values
-            al = self.device.alignment // 4
+            # buffer of its own: the total combines every slot, so neither pass may see the other's old values
+            al = max(1, self.device.alignment // 8)
             self._flat = []  # (bucket, chunk, workgroups, first slot)
             off = 0
             for b in self.buckets:
@@ -49,44 +52,45 @@ class ReduceMixin:
                     w = min(self.CLIP_FLAT_WGS, -(-n // (4 * wg * self.CLIP_FLAT_U)))
                     self._flat.append((b, c, w, off))
                     off += -(-w // al) * al
-            self._flat_scratch = self.device.buffer(4 * max(1, off), f"{type(self).__name__}.clip_flat")
+            self._flat_scratch = self.device.buffer(8 * max(1, off), f"{type(self).__name__}.clip_flat")
         return self._clipk[key]
 
-    def _clip_binds(self, check: bool, flat: bool) -> tuple[list, object]:
+    def _clip_binds(self, check: bool, norm: bool, flat: bool) -> tuple[list, object]:
         """(per-chunk (kernels, bind group, groups) of the partial or flat pass, (kernel, bind group) of the total)."""
-        key = ("clip", check, flat)
+        key = ("clip", check, norm, flat)
         if key not in self._binds:
-            self._clip_kernels(self.buckets[0], check)  # (makes the scratch buffers)
+            self._clip_kernels(self.buckets[0], check, norm)  # (makes the scratch buffers)
             per = []
             if flat:
                 for b, c, w, off in self._flat:
-                    k = self._clip_kernels(b, check)
+                    k = self._clip_kernels(b, check, norm)
                     bind = k["flat"].bind({"hyper": self._hyper, "grad": b.grad.buffers[c],
-                                           "scratch": (self._flat_scratch, 4 * off, 4 * w)})
+                                           "scratch": (self._flat_scratch, 8 * off, 8 * w)})
                     per.append((k["flat"], bind, w))
                 scratch = self._flat_scratch
             else:
                 for b in self.buckets:
-                    k = self._clip_kernels(b, check)
+                    k = self._clip_kernels(b, check, norm)
                     for c, blk in enumerate(b.layout.blocks):
                         bind = k["partial"].bind({"hyper": self._hyper, "blocks": b.blocks[c], "grad": b.grad.buffers[c],
                                                   "scratch": self._clip_scratch})
                         per.append((k["partial"], bind, -(-len(blk) // self.CLIP_BPW)))
                 scratch = self._clip_scratch
-            k = self._clip_kernels(self.buckets[0], check)
+            k = self._clip_kernels(self.buckets[0], check, norm)
             self._binds[key] = per, (k["total"], k["total"].bind({"hyper": self._hyper, "scratch": scratch}))
         return self._binds[key]
 
-    def _encode_clip(self, enc, scale_grads: bool, flat: bool = False, check: bool = False):
-        """The norm (or, with ``check``, the inf/NaN flag) into the global record. ``flat`` when every tensor
-        counts: whole chunks are reduced without the block tables (padding is zero)."""
-        per, (tk, tb) = self._clip_binds(check, flat)
+    def _encode_clip(self, enc, scale_grads: bool, flat: bool = False, check: bool = False, norm: bool = True):
+        """Into the global record: with ``norm`` the total norm and the clip factor, with ``check`` the inf/NaN
+        flag (both from one read of the grads). ``flat`` when every tensor counts: whole chunks are reduced without
+        the block tables (padding is zero). ``scale_grads``: multiply the grads by the factor (stand-alone clip)."""
+        per, (tk, tb) = self._clip_binds(check, norm, flat)
         for k, bind, groups in per:
             k.dispatch(enc, bind, groups)
         tk.dispatch(enc, tb, 1)
         if scale_grads:
             for b in self.buckets:
-                k = self._clip_kernels(b, check)["scale"]
+                k = self._clip_kernels(b, check, norm)["scale"]
                 for c, blk in enumerate(b.layout.blocks):
                     key = ("clip-scale", id(b), c)
                     if key not in self._binds:
@@ -132,4 +136,4 @@ class ReduceMixin:
         return self._clip_scratch.size + self._flat_scratch.size
 
 
-assert NORM_KINDS["l2"] == 0 and NORM_KINDS["check"] == 4  # clip.wgsl's numbering
+assert (NORM_KINDS["l2"], NORM_KINDS["l1"], NORM_KINDS["inf"], NORM_KINDS["p"]) == (0, 1, 2, 3)  # clip.wgsl's

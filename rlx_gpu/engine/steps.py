@@ -1,10 +1,10 @@
 """The step: records, grads, dispatches, and the checked step's gate with no host round trip.
 
 A checked step (``skip_nonfinite``, a loss scale) is skipped whole on the device when any grad is inf or NaN: the
-check (clip.wgsl with CHECK) and a one-workgroup gate pass (gate.wgsl) zero the grids of every later dispatch of
-the step (they are indirect). The host cannot know whether the previous checked step was applied (it reads each
-outcome back one step later), so it writes the records for both outcomes and a ``choose`` pass picks one on the
-device; at most two steps are unsettled at a time, and the host state is a tree keyed by their outcomes.
+check (clip.wgsl with CHECK, in the same read of the grads as the clip's norm) and a one-workgroup gate pass
+(gate.wgsl) zero the grids of every later dispatch of the step (they are indirect). The host cannot know whether
+the previous checked step was applied (it reads each outcome back one step later), so it writes the records for
+both outcomes and a ``choose`` pass picks one on the device; at most two steps are unsettled at a time, and the host state is a tree keyed by their outcomes.
 
 A device loss scale (``step(loss_scale=...)``, what GradScaler passes) is any object with ``buffer`` (a wgpu
 buffer whose word 0 is the scale as float32 and word 2 a found-inf flag the gate sets on a skip),
@@ -167,11 +167,10 @@ class StepMixin:
         if loss_scale is not None:
             loss_scale.encode_pending(cp)
         k["choose"].dispatch(cp, binds["choose"], -(-recs[0].size // 256))
-        self._encode_clip(cp, scale_grads=False, flat=all_active, check=True)
+        # the check and (clipping on) the norm in one read of the grads, before the gate
+        self._encode_clip(cp, scale_grads=False, flat=all_active, check=True, norm=self.clip_grad_norm is not None)
         k["gate_step"].dispatch(cp, binds["gate_step"], 1)
         cp.gated = True
-        if self.clip_grad_norm is not None:
-            self._encode_clip(cp, scale_grads=False, flat=all_active)
         self._encode(cp)
         cp.end()
         self.device.queue.write_buffer(gate, 16, np.array(cp.args, np.uint32))
