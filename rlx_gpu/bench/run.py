@@ -117,7 +117,11 @@ def _row(rlx_gpu, dev, timer, torch, args, oname, precision, sname, base, budget
     del opt
     pd, _, _, master = PRECISIONS[precision]
     if torch is not None and torch_spec is not None and not master:
-        row["torch_ms"] = torch_step_ms(torch, shapes, torch_spec, args.repeats, pd)
+        try:
+            row["torch_ms"] = torch_step_ms(torch, shapes, torch_spec, args.repeats, pd)
+        except (NotImplementedError, RuntimeError) as e:  # e.g. GradScaler cannot unscale bfloat16 grads
+            row["torch_error"] = str(e).splitlines()[0][:200]
+    if row["torch_ms"] is not None:
         row["torch_impl"] = (("clip_grad_norm_(foreach=True) + " if "clip" in torch_spec[1] else "")
                              + ("GradScaler + " if "scaler" in torch_spec[1] else "")
                              + f"{torch_spec[0]}({', '.join(f'{k}={v}' for k, v in torch_spec[1].items() if k not in ('clip', 'scaler'))}"

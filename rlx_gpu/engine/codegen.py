@@ -112,10 +112,16 @@ def _head(record, sig, hyper_mode: str) -> tuple[Text, itertools.count]:
     return t, idx
 
 
-def _elementwise(p: Pass) -> str:
-    """The generated driver of one elementwise pass. A reducing pass ends in workgroup barriers, so everything
-    before them stays in uniform control flow (no early return or break on values read from read-write storage:
-    Tint checks this, and it is what WGSL requires); the others return early."""
+def _elementwise(p: Pass, present) -> str:
+    """The generated driver of one elementwise pass over the state buffers ``present`` in its bucket (an absent
+    one is a zero the compiler can see, with no binding, load or store). Padding lanes past a tensor's end are
+    stored as zero (they are zero: arenas are zero-filled and only tensor ranges are written), so no old value
+    stays live in a register across the update: the kernels are bound by memory, and registers are occupancy
+    (PERF_NOTES 21). A reducing pass ends in workgroup barriers, so everything before them stays in uniform
+    control flow (no early return or break on values read from read-write storage: Tint checks this, and it is
+    what WGSL requires); the others return early."""
+    reads = [s for s in p.reads if s in present]
+    writes = [s for s in p.writes if s in present]
     red = bool(p.reduce)
     skip = "return;" if not red else ""
     L = ["@compute @workgroup_size(WG)",
@@ -147,16 +153,16 @@ def _elementwise(p: Pass) -> str:
         L += [f"        var g = select(ld_{p.grad}(i) * gm, zero, keep);", "        if (neg) { g = -g; }"]
         gv = "g"
     L.append("        var s0: State;")
-    for s in p.reads:
+    for s in reads:
         L.append(f"        if (has(r, HAS_{s.upper()})) {{ s0.{s} = ld_{s}(i); }}")
     L.append("        var s = s0;")
-    for s in p.reads:
+    for s in reads:
         L.append(f"        s.{s} = select(s0.{s}, zero, keep);")
     L.append(f"        let o = {p.fn}(r, e, {'select(p0, zero, keep)' if p.param else 'zero'}, {gv}, s);")
-    for s in p.writes:
-        L.append(f"        if (has(r, HAS_{s.upper()})) {{ st_{s}(i, select(o.s.{s}, s0.{s}, keep)); }}")
+    for s in writes:
+        L.append(f"        if (has(r, HAS_{s.upper()})) {{ st_{s}(i, select(o.s.{s}, zero, keep)); }}")
     if p.param == "rw":
-        L.append("        store_p(i, select(o.p, p0, keep), r, e);")
+        L.append("        store_p(i, select(o.p, zero, keep), r, e);")
     if red:
         L += ["        acc = acc + vec2<f32>(dot(select(o.sum_a, zero, keep), vec4<f32>(1.0)), "
               "dot(select(o.sum_b, zero, keep), vec4<f32>(1.0)));", "        }"]
@@ -215,19 +221,23 @@ def _round_state(sig: Signature) -> str:
     return f"fn round_state(v: vec4<f32>) -> vec4<f32> {{ return {body}; }}"
 
 
-def optimizer_text(opt, sig: Signature) -> Text:
-    """The full module of optimizer class ``opt`` for a bucket of signature ``sig``."""
+def optimizer_text(opt, sig: Signature, present=None) -> Text:
+    """The full module of optimizer class ``opt`` for a bucket of signature ``sig`` holding the state buffers
+    ``present`` (None: all; an optimizer with custom passes, which may name any, always gets all)."""
     states = opt.arena_states
+    passes = opt.passes + opt.other_passes
+    if present is None or any(p.kind == "custom" for p in passes):
+        present = states
     t, idx = _head(opt.record, sig, "read_write")
     t.gen(typed_array("param", next(idx), sig.param, False, sig.native_f16))
     t.gen(typed_array("grad", next(idx), sig.grad, True, sig.native_f16))
     if sig.master:
         t.gen(typed_array("master", next(idx), F32, False, sig.native_f16))
     for s in states:
-        t.gen(typed_array(s, next(idx), sig.state, False, sig.native_f16))
+        if s in present:
+            t.gen(typed_array(s, next(idx), sig.state, False, sig.native_f16))
     for name in opt.grad_like:  # further arenas laid out as the grads (Sophia-H's Hessian estimates)
         t.gen(typed_array(name, next(idx), sig.grad, True, sig.native_f16))
-    passes = opt.passes + opt.other_passes
     if any(p.reduce or p.kind == "per_tensor" for p in passes):
         t.gen(f"@group(0) @binding({next(idx)}) var<storage, read_write> partials: array<vec2<f32>>;")
     members = ", ".join(f"{s}: vec4<f32>" for s in states) or "unused: vec4<f32>"
@@ -239,14 +249,14 @@ def optimizer_text(opt, sig: Signature) -> Text:
     t.file(opt.shader, idx)
     for p in passes:
         if p.kind == "elementwise":
-            t.gen(_elementwise(p))
+            t.gen(_elementwise(p, present))
         elif p.kind == "per_tensor":
             t.gen(_per_tensor(p))
     return t
 
 
-def optimizer_module(opt, sig: Signature) -> str:
-    return optimizer_text(opt, sig).text()
+def optimizer_module(opt, sig: Signature, present=None) -> str:
+    return optimizer_text(opt, sig, present).text()
 
 
 def engine_text(shader: str, record, grad=None, native_f16: bool = False) -> Text:

@@ -135,12 +135,14 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, Checkpointable):
 
     # -- kernels and bindings -------------------------------------------------------------------------------
     def _module(self, bucket) -> str:
-        if bucket.sig not in self._modules:
-            self._modules[bucket.sig] = optimizer_module(type(self), bucket.sig)
-        return self._modules[bucket.sig]
+        """The bucket's module, for its signature and the state buffers it has made so far."""
+        key = (bucket.sig, tuple(bucket.states))
+        if key not in self._modules:
+            self._modules[key] = optimizer_module(type(self), bucket.sig, tuple(bucket.states))
+        return self._modules[key]
 
     def _kernel(self, bucket, entry: str):
-        key = (bucket.sig, entry)
+        key = (bucket.sig, tuple(bucket.states), entry)
         if key not in self._kernels:
             self._kernels[key] = get_kernel(self.device, f"{type(self).__name__}:{bucket.sig.param.name}",
                                             self._module(bucket), entry, WG=self.WG, EPT=self.EPT, **self.constants)
