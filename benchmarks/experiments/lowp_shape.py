@@ -1,5 +1,7 @@
 """Workgroup shape x precision for the elementwise driver with every load hoisted before the stores (PERF_NOTES
-21): AdamW (and a few others at the default shape) on GPT-2 124M, torch's fused AdamW in the same dtype alongside.
+30): AdamW (and a few others at the default shape) on GPT-2 124M, torch's fused AdamW in the same dtype alongside.
+The figures in PERF_NOTES 30 were made with that driver, which was not kept; the script now times the current
+one (the WG/EPT sweep still applies).
     python benchmarks/experiments/lowp_shape.py [optimizer ...]"""
 import os
 import sys

@@ -117,7 +117,7 @@ def _elementwise(p: Pass, present) -> str:
     one is a zero the compiler can see, with no binding, load or store). Padding lanes past a tensor's end are
     stored as zero (they are zero: arenas are zero-filled and only tensor ranges are written), so no old value
     stays live in a register across the update: the kernels are bound by memory, and registers are occupancy
-    (PERF_NOTES 21). A reducing pass ends in workgroup barriers, so everything before them stays in uniform
+    (PERF_NOTES 31). A reducing pass ends in workgroup barriers, so everything before them stays in uniform
     control flow (no early return or break on values read from read-write storage: Tint checks this, and it is
     what WGSL requires); the others return early."""
     reads = [s for s in p.reads if s in present]
