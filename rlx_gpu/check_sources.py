@@ -81,10 +81,16 @@ def shipped() -> list:
     out = []
     for name, cls in sorted(Optimizer.optimizer_classes().items()):
         entries = [p.kernel for p in cls.passes + cls.other_passes]
+        consts = {"WG": cls.WG, "EPT": cls.EPT, **cls.constants}
         for label, pd, gd, sd, master, native in SIGNATURES:
             t = optimizer_text(cls, Signature(pd, gd, sd, master, native))
-            out.append(Source(d / cls.shader, t.text(), t.origin, entries,
-                              {"WG": cls.WG, "EPT": cls.EPT, **cls.constants}, f"{name} ({label})"))
+            out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label})"))
+        # and as a bucket usually is: only the state buffers a default group makes (the others left out)
+        present = tuple(s for s in cls.spec.state_names(dict(cls.spec.defaults)) if s in cls.arena_states)
+        if present != tuple(cls.arena_states):
+            t = optimizer_text(cls, Signature(*SIGNATURES[0][1:]), present)
+            held = ", ".join(present) or "no state buffers"
+            out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} (float32, {held})"))
     clip = {"WG": ReduceMixin.CLIP_SHAPE[0], "EPT": ReduceMixin.CLIP_SHAPE[1], "BPW": ReduceMixin.CLIP_BPW,
             "U": ReduceMixin.CLIP_FLAT_U, "CHECK": True, "NORM": True}
     record = Optimizer.optimizer_classes()["AdamW"].record

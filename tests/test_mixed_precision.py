@@ -7,11 +7,12 @@ operations and round at the store with the twin's integer rounding). Elsewhere, 
 step includes a reduction (LAMB, MARS, Adafactor: sums in another order), a stored 16-bit value may differ by
 ``ULPS`` units in its last place, where the float32 value before rounding differs in its last bits, or, near zero,
 by the suite's absolute bound (cases.ATOL times the tensor's scale); float32 values (master copies, float32 states)
-keep the suite's bound (cases.RTOL/ATOL), bit for bit on the CPU adapter. A trajectory in 16-bit states is
-quantised: where a GPU's FMA moves the float32 value by an ulp, the stored value may round the other way, and a later sign (Lion, QHAdamW's and MARS's
-mixes near zero), clamp (Sophia-H) or ratio turns that into a larger step (a float32 master copy follows it). So
-on such adapters at most ``DIVERGED`` of a test's elements (over all its tensors, 16-bit or float32) may lie outside
-the bound; on the CPU adapter none."""
+keep the suite's bound (cases.RTOL/ATOL; bit for bit on the CPU adapter for the elementwise optimizers). A
+trajectory in 16-bit states is quantised: where a GPU's FMA moves the float32 value by an ulp, the stored value may
+round the other way, and a later sign (Lion), clamp (Sophia-H) or a mix that cancels near zero (QHAdamW, MARS)
+turns that into a larger step (a float32 master copy follows it). So for those (``DIVERGING``), on adapters
+other than the CPU one, at most ``DIVERGED`` of a test's elements (over all its tensors, 16-bit or float32) may lie
+outside the bound, by any amount (NaNs must still match); for every other optimizer, and on the CPU adapter, none."""
 import numpy as np
 import pytest
 
@@ -23,7 +24,11 @@ pytestmark = pytest.mark.gpu
 REDUCING = {"LAMB", "Mars", "Adafactor"}
 ULPS = {"LAMB": 4, "Mars": 4, "Adafactor": 4}  # reductions in another order; elsewhere (a GPU that contracts FMAs) 2
 ULPS_DEFAULT = 2
-DIVERGED = 0.01  # the fraction of a test's 16-bit elements allowed outside the bound where the GPU is not exact
+DIVERGED = 0.01  # the fraction of a test's elements (16-bit or float32) allowed outside the bound off the CPU adapter,
+# for the optimizers whose step turns a last-bit difference into a larger one: a sign (Lion), a clamp (Sophia-H),
+# mixes of moment and grad that cancel near zero (QHAdamW, MARS): on the H200 these failed without it. LAMB (a
+# trust ratio of two norms) is in the set because after its float16 fix it was run on the H200 only with it.
+DIVERGING = {"Lion", "SophiaH", "QHAdamW", "Mars", "LAMB"}
 SIZES = [1, 3, 4, 5, 7, 8, 9, (5, 7), 2047, 2049, 4097]
 DT = {"bfloat16": BF16, "float16": F16}
 
@@ -118,8 +123,9 @@ def test_gpu_matches_twin(gpu_cls, twin_cls, opts, dtype, master, state, device)
     params = params_of(dtype, 1)
     gpu, twin = gpu_cls(params, **kw, device=device), twin_cls(params, **kw)
     run(gpu, twin, params, dtype, sophia=gpu_cls is rlx_gpu.SophiaH)
-    check = Typed(exact(device) and gpu_cls.__name__ not in REDUCING, ULPS.get(gpu_cls.__name__, ULPS_DEFAULT),
-                  0.0 if exact(device) else DIVERGED)
+    name = gpu_cls.__name__
+    check = Typed(exact(device) and name not in REDUCING, ULPS.get(name, ULPS_DEFAULT),
+                  0.0 if exact(device) or name not in DIVERGING else DIVERGED)
     for n in params:
         check(gpu.params[n].numpy(), twin.params[n], f"{gpu_cls.__name__} param {n}")
     gs, ts = gpu.state_dict()["state"], twin.state_dict()["state"]
@@ -143,7 +149,7 @@ def test_stochastic_rounding_matches_twin(cls_name, dtype, device):
     twin = getattr(rlx_gpu.reference, cls_name)(params, **kw)
     run(gpu, twin, params, dtype)
     check = Typed(exact(device) and cls_name not in REDUCING, ULPS.get(cls_name, ULPS_DEFAULT),
-                  0.0 if exact(device) else DIVERGED)
+                  0.0 if exact(device) or cls_name not in DIVERGING else DIVERGED)
     for n in params:
         check(gpu.params[n].numpy(), twin.params[n], f"SR {cls_name} {n}")
     check.done()
@@ -194,7 +200,7 @@ def test_master_trajectory_is_the_float32_optimizers(cls_name, dtype, device):
         np.testing.assert_array_equal(low.params[n].numpy().view(np.uint16), master[n].astype(DT[dtype].np).view(np.uint16))
 
 
-@pytest.mark.parametrize("cls_name", ["AdamW", "SGD", "RMSprop"])
+@pytest.mark.parametrize("cls_name", ["AdamW", "SGD", "RMSprop", "LAMB"])
 def test_float16_with_and_without_shader_f16(cls_name, device):
     """float16 arenas bound as array<vec4<f16>> (shader-f16) and as packed u32 words give the same bits."""
     if not device.native_f16:

@@ -77,11 +77,13 @@ def scale_shapes(shapes: list, f: float) -> list:
 
 
 def min_bytes(opt: str, precision: str, shapes: list) -> int:
-    """The bytes a step must move at least: params read and written, grads read, master copies read and written,
-    the optimizer's state accesses, and the gradient reads of a clip or an inf/NaN check."""
+    """The bytes a step must move at least: params read and written (with master weights: the float32 master copy
+    read and written and the 16-bit param only written), grads read, the optimizer's state accesses, and the
+    gradient reads of a clip or an inf/NaN check."""
     pd, gd, sd, master = PRECISIONS[precision]
     ps, gs, ss = ITEMSIZE[pd], ITEMSIZE[gd], ITEMSIZE[sd]
-    per = 2 * ps + gs + (8 if master and ps == 2 else 0) + OPTIMIZERS[opt][2] * ss
+    keeps_master = master and ps == 2
+    per = (8 + ps if keeps_master else 2 * ps) + gs + OPTIMIZERS[opt][2] * ss
     if opt in ("adamw+clip", "adamw+scaler"):
         per += gs
     total = 0
