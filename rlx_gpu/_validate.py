@@ -19,6 +19,8 @@ import sys
 
 
 def _open(validator: str, selector):
+    from rlx_gpu.runtime.discovery import runtime_dir
+    runtime_dir()
     if validator == "tint":
         os.environ["WGPU_BACKEND_TYPE"] = "Null"
         import wgpudawn as wgpu

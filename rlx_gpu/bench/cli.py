@@ -50,7 +50,7 @@ def parse_args(argv=None):
                     help=f"comma list of {', '.join(PRECISIONS)} (param, grad and state dtypes; -master: float32 "
                          "master weights and states)")
     ap.add_argument("--host-rows", action="store_true",
-                    help="also time opt.step() on 20 tensors of 1M parameters (wall clock, plain and checked)")
+                    help="also time opt.step() on 20 tensors, 1M parameters in all (wall clock, plain and checked)")
     ap.add_argument("--json", metavar="FILE", type=_writable, help="write every figure to FILE")
     ap.add_argument("--plot", metavar="FILE.svg", type=_writable,
                     help="write a bar chart of GB/s against the copy line")

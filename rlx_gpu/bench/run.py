@@ -39,7 +39,8 @@ def run(args) -> dict:
     import rlx_gpu
     dev = get_device(args.device)
     timer = Timer(dev)
-    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if not args.quiet else (lambda *a: None)
+    from tqdm import tqdm
+    say = (lambda *a: tqdm.write(" ".join(map(str, a)), file=sys.stderr)) if not args.quiet else (lambda *a: None)
     say(f"bench: {dev.name} ({dev.info['backend']}, {dev.info['type']}), timing by "
         f"{'GPU timestamp queries' if timer.gpu else 'wall clock'}")
     torch = None if args.no_torch else torch_cuda()
@@ -68,12 +69,16 @@ def run(args) -> dict:
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     rows, total = [], len(names) * len(sets) * len(precisions)
-    for sname in sets:
-        base = param_set(sname)
-        for precision in precisions:
-            for oname in names:
-                rows.append(_row(rlx_gpu, dev, timer, torch, args, oname, precision, sname, base, budget, copy_gbps,
-                                 say, f"[{len(rows) + 1}/{total}]"))
+    bar_off = args.quiet or not sys.stderr.isatty()  # (a log gets the lines below, not a redrawn bar)
+    with tqdm(total=total, unit="row", file=sys.stderr, disable=bar_off, dynamic_ncols=True, leave=False) as bar:
+        for sname in sets:
+            base = param_set(sname)
+            for precision in precisions:
+                for oname in names:
+                    bar.set_description(f"{oname} {precision} {sname}")
+                    rows.append(_row(rlx_gpu, dev, timer, torch, args, oname, precision, sname, base, budget,
+                                     copy_gbps, say, f"[{len(rows) + 1}/{total}]"))
+                    bar.update(1)
     out = dict(meta, rows=rows)
     if args.host_rows:
         out["host_rows"] = host_rows(dev, torch, args.repeats)

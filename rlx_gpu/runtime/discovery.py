@@ -24,7 +24,32 @@ class NoAdapterError(RuntimeError):
     """Raised when no WebGPU adapter matches (or none exists at all)."""
 
 
+def runtime_dir() -> str | None:
+    """Give the process a private ``XDG_RUNTIME_DIR`` when it has none (unset, empty, or not a directory): the
+    Vulkan loader's window-system layers print "XDG_RUNTIME_DIR is invalid or not set" four times otherwise. A
+    valid one is never changed. The directory: ``<tmp>/rlx-gpu-runtime-<uid>``, mode 0700 (a fresh ``mkdtemp``
+    one if that path exists but is not ours). Returns the directory set, or None."""
+    import os
+    import tempfile
+    cur = os.environ.get("XDG_RUNTIME_DIR", "")
+    if cur and os.path.isdir(cur):
+        return None
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    path = os.path.join(tempfile.gettempdir(), f"rlx-gpu-runtime-{uid}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+        ok = os.path.isdir(path) and not os.path.islink(path) and st.st_uid == uid and (st.st_mode & 0o077) == 0
+    except OSError:
+        ok = False
+    if not ok:
+        path = tempfile.mkdtemp(prefix="rlx-gpu-runtime-")
+    os.environ["XDG_RUNTIME_DIR"] = path
+    return path
+
+
 def _wgpu():
+    runtime_dir()
     try:
         import wgpu
     except ImportError as e:  # pragma: no cover - wgpu is a hard dependency
@@ -62,8 +87,8 @@ def _ranked(found):
     return sorted(found, key=key)
 
 
-def _select(selector: str | None):
-    found = _ranked(_enumerate())
+def _select(selector: str | None, found=None):
+    found = _ranked(_enumerate()) if found is None else found
     if not found:
         raise NoAdapterError(f"no WebGPU adapter found. {_INSTALL_HINT}")
     if not selector:
