@@ -5,12 +5,15 @@ GPU optimizers: :class:`Adam`, :class:`AdamW`, :class:`SGD`, :class:`RMSprop`, :
 :class:`Adafactor` (float32, float16 or bfloat16 parameters). NumPy twins with the same API: :mod:`rlx_gpu.reference`.
 Layers, each importing only those below it: ``core`` (pure Python), ``runtime`` (devices, transfers, arenas,
 WGSL sources, pipelines), ``engine`` (the Optimizer surface), ``optim`` (one declaration per optimizer), and the
-add-ons (:mod:`rlx_gpu.clip`, :mod:`rlx_gpu.amp`, :mod:`rlx_gpu.schedules`) and tools (``bench``, ``check``).
+add-ons (:mod:`rlx_gpu.clip`, :mod:`rlx_gpu.amp`, :mod:`rlx_gpu.schedules`, :mod:`rlx_gpu.interop`,
+:mod:`rlx_gpu.torch`) and tools (``bench``, ``check``, ``info``). Every optimizer also takes PyTorch CPU tensors
+(``model.parameters()``) and then behaves as a torch optimizer (:mod:`rlx_gpu.core.torchio`).
 """
 from . import reference, schedules
 from .amp import GradScaler
 from .clip import clip_grad_norm, global_grad_clip_scale, l2_norm
 from .engine import Optimizer
+from .interop import from_torch_state_dict, to_torch_state_dict
 from .optim import (LAMB, SGD, Adafactor, Adagrad, Adam, AdamW, Lion, Mars, NAdamW, QHAdamW, RAdam, RMSprop,
                     SophiaH)
 from .runtime import Device, DeviceLostError, DeviceTensor, NoAdapterError, adapters, get_device
@@ -18,4 +21,13 @@ from .runtime import Device, DeviceLostError, DeviceTensor, NoAdapterError, adap
 __version__ = "0.2.0"
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars",
            "Adafactor", "Optimizer", "DeviceTensor", "clip_grad_norm", "global_grad_clip_scale", "l2_norm",
-           "GradScaler", "Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device", "reference"]
+           "GradScaler", "Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device", "reference",
+           "to_torch_state_dict", "from_torch_state_dict"]
+
+
+def __getattr__(name):
+    """``rlx_gpu.torch`` (the torch.optim.Optimizer subclasses) is imported on first use: it imports torch."""
+    if name == "torch":
+        import importlib
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'rlx_gpu' has no attribute {name!r}")

@@ -10,6 +10,14 @@ import pytest
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 
+# torch (and, through torch.optim, triton where pip brought it) is imported before any wgpu device exists: on the
+# CPU Vulkan adapter, importing triton after a device was made crashes the process (README, "Using it from PyTorch").
+try:
+    import torch  # noqa: F401
+    import torch.optim  # noqa: F401
+except ImportError:
+    pass
+
 _PROBE = ("import rlx_gpu, numpy as np; d = rlx_gpu.get_device(); "
           "o = rlx_gpu.SGD({'x': np.ones(3, np.float32)}, lr=0.5, device=d); o.step({'x': np.ones(3, np.float32)}); "
           "assert (o.params['x'].numpy() == 0.5).all(); print(d.name, '|', d.info['backend'], '|', d.info['type'])")

@@ -10,7 +10,7 @@ from numbers import Real
 
 import numpy as np
 
-from .lowp import DTYPES, dtype_of
+from .lowp import dtype_of
 
 # torch.optim's messages for the hyperparameters it checks; others read "Invalid <name> value: v".
 _MESSAGES = {

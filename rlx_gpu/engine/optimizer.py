@@ -14,10 +14,11 @@ import numpy as np
 
 from ..core import options as shared
 from ..core.checkpoint import Checkpointable
-from ..core.groups import check_grads, parse_params, resolve_lr_scale
-from ..core.lowp import DTYPES, dtype_of, name_hash
+from ..core.groups import parse_params, resolve_lr_scale
+from ..core.lowp import dtype_of, name_hash
 from ..core.sync import locked
-from ..runtime.arena import DeviceTensor, check_out
+from ..core.torchio import TorchParams
+from ..runtime.arena import DeviceTensor
 from ..runtime.device import get_device
 from ..runtime.kernels import get_kernel
 from .buckets import make_buckets
@@ -25,12 +26,13 @@ from .codegen import Pass, optimizer_module
 from .records import Record
 from .reductions import ReduceMixin
 from .statedict import StateMixin
+from .hostio import HostIOMixin
 from .steps import StepMixin
 
 __all__ = ["Optimizer", "Pass"]
 
 
-class Optimizer(StepMixin, ReduceMixin, StateMixin, Checkpointable):
+class Optimizer(StepMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Checkpointable):
     """Base class of the GPU optimizers (use a subclass, e.g. :class:`rlx_gpu.AdamW`)."""
 
     # -- the declaration a subclass gives --------------------------------------------------------------------
@@ -80,7 +82,7 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, Checkpointable):
         self.lock = threading.RLock()
         hyper, opts = shared.split(name, self.spec.defaults, args, kwargs, gpu=True)
         self.defaults = {**self.spec.defaults, **hyper}
-        self.param_groups, arrays = parse_params(name, params, self.defaults)
+        self.param_groups, arrays = parse_params(name, self._bind_torch(name, params), self.defaults)
         for g in self.param_groups:
             self.spec.validate(g)
         self.device = dev = get_device(opts.pop("device"))
@@ -209,69 +211,6 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, Checkpointable):
                 self.spec.validate(g)
             self._validated = now
 
-    # -- host transfers -------------------------------------------------------------------------------------
-    def _write_params(self, arrays: dict, init_master: bool = False) -> None:
-        """Upload ``{tensor index: array of its dtype}``, one batched transfer per bucket; with ``init_master``
-        also set the float32 master copies from them."""
-        for b in self.buckets:
-            mine = [(b.local[t], a) for t, a in arrays.items() if t in b.local]
-            if mine:
-                b.param.write_many(mine)
-                if init_master and b.master is not None:
-                    b.master.write_many([(i, np.asarray(a).astype(np.float32)) for i, a in mine])
-
-    @locked
-    def read_params(self, names=None, out: dict | None = None) -> dict:
-        """Host copies of the parameters (all, or ``names``), in their dtypes, one batched transfer per bucket.
-
-        ``out``: a dict of arrays (e.g. the previous result) to fill instead of new ones; in a training loop this
-        saves the page faults of fresh memory."""
-        if out is not None and names is None:
-            names = list(out)
-        names = list(self._names if names is None else names)
-        for n in names:
-            if n not in self._index:
-                raise KeyError(f"{type(self).__name__}.read_params: unknown tensor {n!r}")
-        res = {}
-        for b in self.buckets:
-            mine = [n for n in names if self._index[n] in b.local]
-            if not mine:
-                continue
-            outs = None
-            if out is not None:
-                for n in mine:
-                    check_out(n, out[n], self._shapes[n], b.sig.param)
-                outs = [out[n].reshape(-1) for n in mine]
-            flat = b.param.read_many([b.local[self._index[n]] for n in mine], outs)
-            res.update({n: (out[n] if out is not None else f.reshape(self._shapes[n])) for n, f in zip(mine, flat)})
-        return {n: res[n] for n in names}
-
-    @locked
-    def write_params(self, params: dict) -> None:
-        """Upload several parameters (dict name -> array of the tensor's shape and dtype) in one transfer; checked
-        before anything changes (``opt.params[name].write(array)`` writes one). Master copies follow."""
-        check_grads(type(self).__name__, params, self._shapes, call="write_params", noun="param",
-                    dtypes={n: (self._dtypes[self._index[n]].np,) for n in params})
-        self._write_params({self._index[n]: a for n, a in params.items()}, init_master=True)
-
-    @locked
-    def write_grads(self, grads: dict) -> None:
-        """Upload several grads (dict name -> NumPy array of the slot's dtype or float32) into the device grad
-        slots, one batched transfer per bucket; checked before anything changes (``step(grads)`` does this too)."""
-        check_grads(type(self).__name__, grads, self._shapes, dtypes=self._grad_dtypes())
-        self._write_host_grads(grads)
-
-    def _write_host_grads(self, grads: dict) -> None:
-        per: dict = {}
-        for k, g in grads.items():
-            b, i = self._where[self._index[k]]
-            if g.dtype != b.sig.grad.np:  # float32 into a 16-bit slot: rounded to nearest even
-                with np.errstate(over="ignore", invalid="ignore"):
-                    g = np.asarray(g).astype(np.float32).astype(b.sig.grad.np)
-            per.setdefault(id(b), (b, []))[1].append((i, g))
-        for b, pairs in per.values():
-            b.grad.write_many(pairs)
-
     def set_lr(self, lr: float) -> None:
         """Set the learning rate of every param group (takes effect at the next step)."""
         for g in self.param_groups:
@@ -285,8 +224,11 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, Checkpointable):
         self.lr_scale, self._scale = scale, np.array([scale[n] for n in self._names], np.float64)
 
     @locked
-    def zero_grad(self) -> None:
-        """Zero the device gradient slots."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero the device gradient slots (built from torch tensors: their ``.grad``, as torch.optim's zero_grad:
+        set to None, or zeroed with ``set_to_none=False``)."""
+        if self._torch_zero_grad(set_to_none):
+            return
         enc = self.device.device.create_command_encoder()
         for b in self.buckets:
             b.grad.clear(enc)
@@ -303,15 +245,3 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, Checkpointable):
         n = sum(int(np.prod(s)) for s in self._shapes.values())
         out["state_per_param"] = out["state"] / max(1, n)
         return out
-
-    def _grad_dtypes(self) -> dict:
-        """Per tensor, the NumPy dtypes a grad may come in: its slot's dtype first, then the param's or float32."""
-        out = {}
-        for n, (b, _) in zip(self._names, self._where):
-            slot = b.sig.grad.np
-            other = np.dtype(np.float32) if slot != np.float32 else b.sig.param.np
-            out[n] = (slot, other) if other != slot else (slot,)
-        return out
-
-
-DTYPE_NAMES = tuple(DTYPES)

@@ -63,16 +63,21 @@ class StepMixin(GateMixin):
                 arena.fill(i, self.spec.init_value(s, g) if s in self.spec.eager_state else 0.0)
 
     @locked
-    def step(self, grads=None, *, loss_scale=None) -> None:
-        """One optimizer step.
+    def step(self, grads=None, *, loss_scale=None, closure=None):
+        """One optimizer step; returns ``closure``'s loss (None without one).
 
         ``grads``: dict name -> NumPy array (the param's dtype or float32) or DeviceTensor; a missing name means
         "no gradient" (that tensor, its state and its step count stay as they are). ``None`` steps every tensor
         using the device gradient slots ``self.grads``. Everything is checked before any GPU work. With
         ``skip_nonfinite`` (or a ``loss_scale``) a step whose grads hold inf or NaN changes nothing
         (``last_step_skipped``). ``loss_scale``: a device loss scale (see :mod:`rlx_gpu.engine.steps`); the
-        kernels multiply the grads by 1/scale read on the device."""
+        kernels multiply the grads by 1/scale read on the device. Built from torch tensors (``model.parameters()``):
+        ``None`` takes each tensor's ``.grad`` and the tensors hold the new values afterwards
+        (:mod:`rlx_gpu.core.torchio`). ``closure`` (or a callable as ``grads``): called first, as torch's."""
+        loss, grads = self._torch_prologue(grads, closure)
         self._step(grads, check=self.skip_nonfinite or loss_scale is not None, loss_scale=loss_scale)
+        self._torch_epilogue()
+        return loss
 
     @property
     @locked

@@ -18,78 +18,18 @@ import numpy as np
 from ..core import options as shared
 from ..core.checkpoint import Checkpointable
 from ..core.groups import (MAX_STEP, check_grads, check_state_dict, parse_params, reconcile_master, resolve_lr_scale,
-                           scaled, validate_group)
-from ..core.lowp import DTYPES, F32 as F32_DT, dtype_of, element_bits, name_hash, round_rne, round_stochastic, step_key
+                           scaled)
+from ..core.lowp import DTYPES, dtype_of, element_bits, name_hash, round_rne, round_stochastic, step_key
 from ..core.numerics import clip_coef, host_total_norm
 from ..core.sync import locked
+from ..core.torchio import TorchParams
+from .spec import MASTER, Spec
 
 F32 = np.float32
-MASTER = "master_param"
 
 
-class ReferenceOptimizer(Checkpointable):
-    #: Hyperparameter names and defaults (a bool default makes a flag, a tuple a pair of betas).
-    defaults: dict = {}
-    #: Every state buffer name this optimizer can have (torch's names).
-    all_state_names: tuple = ()
-    #: State buffers created for every tensor at construction (Adagrad's ``sum``).
-    eager_state: tuple = ()
-    #: States that are one number per tensor (0-d float32 arrays), kept on the host by the GPU class.
-    scalar_states: tuple = ()
-    #: States of another shape kept in float32 (Adafactor's factored moments); the rest are param-shaped and kept in
-    #: ``state_dtype`` (the GPU class keeps them in arenas).
-    aux_states: tuple = ()
-    #: Hyperparameters that are learning rates (multiplied by ``lr_scale``).
-    lr_keys: tuple = ("lr",)
-    on_device = False
-    _classes: dict = {}
-
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        ReferenceOptimizer._classes.setdefault(cls.__name__, cls)
-        cls.__signature__ = shared.signature(cls.defaults, gpu=False)
-
-    # -- the spec, shared with the GPU class ----------------------------------------------------
-    @classmethod
-    def typed_states(cls) -> tuple:
-        """The param-shaped state buffers (kept in ``state_dtype``; arenas on the GPU)."""
-        return tuple(s for s in cls.all_state_names if s not in cls.scalar_states + cls.aux_states)
-
-    @classmethod
-    def state_names(cls, group: dict) -> tuple:
-        """The state buffers a tensor in ``group`` gets at its first step."""
-        return cls.all_state_names
-
-    @classmethod
-    def state_shape(cls, state: str, shape: tuple) -> tuple:
-        """The shape of state buffer ``state`` for a tensor of ``shape``."""
-        return () if state in cls.scalar_states else tuple(shape)
-
-    @classmethod
-    def init_value(cls, state: str, group: dict) -> float:
-        """The value a state buffer starts at."""
-        return 0.0
-
-    @classmethod
-    def check(cls, group: dict) -> None:
-        """Validation beyond what the defaults' types imply; raise ValueError."""
-
-    @classmethod
-    def validate(cls, group: dict) -> None:
-        validate_group(cls.__name__, group, cls.defaults)
-        cls.check(group)
-
-    @classmethod
-    def optimizer_classes(cls) -> dict:
-        return dict(ReferenceOptimizer._classes)
-
-    @classmethod
-    def hyperparameters(cls) -> dict:
-        return dict(cls.defaults)
-
-    @classmethod
-    def state_shape_of(cls, state: str, shape) -> tuple:
-        return tuple(shape) if state == MASTER else cls.state_shape(state, shape)
+class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
+    """The NumPy twin of a GPU optimizer (subclasses give ``defaults``, state names and ``_update``)."""
 
     # -- the twin ----------------------------------------------------------------------------
     def __init__(self, params, *args, **kwargs):
@@ -99,7 +39,7 @@ class ReferenceOptimizer(Checkpointable):
         self._last_norm = None
         hyper, opts = shared.split(name, type(self).defaults, args, kwargs, gpu=False)
         self.defaults = {**type(self).defaults, **hyper}
-        self.param_groups, self.params = parse_params(name, params, self.defaults)
+        self.param_groups, self.params = parse_params(name, self._bind_torch(name, params), self.defaults)
         #: Per-tensor multiplier of the group lr (``lr_scale=``).
         self.lr_scale = resolve_lr_scale(name, opts.pop("lr_scale"), list(self.params))
         #: Global L2-norm clip applied to each step's grads (None: off).
@@ -176,16 +116,22 @@ class ReferenceOptimizer(Checkpointable):
             np.copyto(out[n], self.params[n])
         return {n: out[n] for n in names}
 
-    def zero_grad(self) -> None:
-        for g in self.grads.values():
-            g.fill(0)
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero ``self.grads`` (built from torch tensors: their ``.grad``, as torch.optim's zero_grad)."""
+        if not self._torch_zero_grad(set_to_none):
+            for g in self.grads.values():
+                g.fill(0)
 
     @locked
-    def step(self, grads=None, *, loss_scale: float | None = None) -> None:
-        """One step for every tensor in ``grads`` (default: every tensor, with ``self.grads``). ``loss_scale``: the
-        grads carry this factor (a GradScaler's); the step is then checked for inf/NaN."""
+    def step(self, grads=None, *, loss_scale: float | None = None, closure=None):
+        """One step for every tensor in ``grads`` (default: every tensor, with ``self.grads``; built from torch
+        tensors: their ``.grad``). ``loss_scale``: the grads carry this factor (a GradScaler's); the step is then
+        checked for inf/NaN. ``closure`` (or a callable as ``grads``): called first, its loss returned."""
+        loss, grads = self._torch_prologue(grads, closure)
         inv = 1.0 if loss_scale is None else float(1.0 / np.float64(loss_scale))
         self._step(grads, inv, self.skip_nonfinite or loss_scale is not None)
+        self._torch_epilogue()
+        return loss
 
     @locked
     def _step(self, grads, inv_scale: float, check: bool) -> bool:

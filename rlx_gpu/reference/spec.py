@@ -1,0 +1,75 @@
+"""The declaration side of a NumPy twin: defaults, state names and shapes, validation, the class registry. The GPU
+class of the same optimizer reads these through its ``spec`` (the twin class)."""
+from __future__ import annotations
+
+from ..core import options as shared
+from ..core.groups import validate_group
+
+MASTER = "master_param"
+
+
+class Spec:
+    """What a twin class declares, and the class-level questions the GPU class asks of it (its ``spec``)."""
+
+    #: Hyperparameter names and defaults (a bool default makes a flag, a tuple a pair of betas).
+    defaults: dict = {}
+    #: Every state buffer name this optimizer can have (torch's names).
+    all_state_names: tuple = ()
+    #: State buffers created for every tensor at construction (Adagrad's ``sum``).
+    eager_state: tuple = ()
+    #: States that are one number per tensor (0-d float32 arrays), kept on the host by the GPU class.
+    scalar_states: tuple = ()
+    #: States of another shape kept in float32 (Adafactor's factored moments); the rest are param-shaped and kept in
+    #: ``state_dtype`` (the GPU class keeps them in arenas).
+    aux_states: tuple = ()
+    #: Hyperparameters that are learning rates (multiplied by ``lr_scale``).
+    lr_keys: tuple = ("lr",)
+    on_device = False
+    _classes: dict = {}
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        Spec._classes.setdefault(cls.__name__, cls)
+        cls.__signature__ = shared.signature(cls.defaults, gpu=False)
+
+    # -- the spec, shared with the GPU class ----------------------------------------------------
+    @classmethod
+    def typed_states(cls) -> tuple:
+        """The param-shaped state buffers (kept in ``state_dtype``; arenas on the GPU)."""
+        return tuple(s for s in cls.all_state_names if s not in cls.scalar_states + cls.aux_states)
+
+    @classmethod
+    def state_names(cls, group: dict) -> tuple:
+        """The state buffers a tensor in ``group`` gets at its first step."""
+        return cls.all_state_names
+
+    @classmethod
+    def state_shape(cls, state: str, shape: tuple) -> tuple:
+        """The shape of state buffer ``state`` for a tensor of ``shape``."""
+        return () if state in cls.scalar_states else tuple(shape)
+
+    @classmethod
+    def init_value(cls, state: str, group: dict) -> float:
+        """The value a state buffer starts at."""
+        return 0.0
+
+    @classmethod
+    def check(cls, group: dict) -> None:
+        """Validation beyond what the defaults' types imply; raise ValueError."""
+
+    @classmethod
+    def validate(cls, group: dict) -> None:
+        validate_group(cls.__name__, group, cls.defaults)
+        cls.check(group)
+
+    @classmethod
+    def optimizer_classes(cls) -> dict:
+        return dict(Spec._classes)
+
+    @classmethod
+    def hyperparameters(cls) -> dict:
+        return dict(cls.defaults)
+
+    @classmethod
+    def state_shape_of(cls, state: str, shape) -> tuple:
+        return tuple(shape) if state == MASTER else cls.state_shape(state, shape)
