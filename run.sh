@@ -29,7 +29,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp="$venv/.rlx_gpu-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "$venv/bin/python" -m pip install -q -e ".[test,check]"
+  "$venv/bin/python" -m pip install -q -e ".[test,check,examples]"
   touch "$stamp"
 fi
 py="$venv/bin/python"

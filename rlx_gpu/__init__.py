@@ -16,13 +16,13 @@ from .engine import Optimizer
 from .interop import from_torch_state_dict, to_torch_state_dict
 from .optim import (LAMB, SGD, Adafactor, Adagrad, Adam, AdamW, Lion, Mars, NAdamW, QHAdamW, RAdam, RMSprop,
                     SophiaH)
-from .runtime import Device, DeviceLostError, DeviceTensor, NoAdapterError, adapters, get_device
+from .runtime import Device, DeviceLostError, DeviceTensor, NoAdapterError, Program, adapters, get_device
 
 __version__ = "0.2.0"
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars",
            "Adafactor", "Optimizer", "DeviceTensor", "clip_grad_norm", "global_grad_clip_scale", "l2_norm",
            "GradScaler", "Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device", "reference",
-           "to_torch_state_dict", "from_torch_state_dict"]
+           "to_torch_state_dict", "from_torch_state_dict", "Program"]
 
 
 def __getattr__(name):

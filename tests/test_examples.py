@@ -3,7 +3,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+import rlx_gpu
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
 
@@ -35,3 +38,59 @@ def test_contributing_diff_is_the_code():
         else:
             missing = [ln for ln in added if ln not in current]
             assert not missing, f"CONTRIBUTING.md adds lines to {name} that it does not hold: {missing}"
+
+
+def _example(name):
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.gpu
+def test_gaussian_splat_gradients_match_finite_differences(device):
+    """The WGSL backward pass of fit_gaussians_2d.py against central differences of its float64 NumPy loss, on a
+    small random image (float32 kernels vs float64 differences: 2e-3 of the gradient's scale)."""
+    ex = _example("fit_gaussians_2d")
+    rng = np.random.default_rng(3)
+    target = rng.uniform(0, 1, (6, 9, 3)).astype(np.float32)
+    params = ex.init_splats(5, 9, 6, target, seed=4)
+    params["opacity"] = rng.normal(0, 1, 5).astype(np.float32)
+    opt = rlx_gpu.SGD(params, lr=0.0, device=device)
+    gs = ex.GpuSplats(opt, target, 5)
+    gs.gradients()
+    for name, p in params.items():
+        got = opt.grads[name].numpy()
+        want = np.zeros(p.shape)
+        for idx in np.ndindex(p.shape):
+            hi, lo = {k: v.astype(np.float64) for k, v in params.items()}, {k: v.astype(np.float64) for k, v in
+                                                                             params.items()}
+            hi[name][idx] += 1e-4
+            lo[name][idx] -= 1e-4
+            want[idx] = (ex.numpy_loss(hi, target) - ex.numpy_loss(lo, target)) / 2e-4
+        scale = max(np.abs(want).max(), 1e-6)
+        assert np.abs(got - want).max() <= 2e-3 * scale, (name, got, want)
+
+
+@pytest.mark.gpu
+def test_wgsl_mlp_gradients_match_torch(device):
+    """One batch of train_wgsl_mlp.py's WGSL forward/backward against torch autograd (1e-5 of the scale)."""
+    torch = pytest.importorskip("torch", reason="torch autograd is the oracle here")
+    pytest.importorskip("sklearn", reason="the example's data set")
+    ex = _example("train_wgsl_mlp")
+    train, test = ex.digits()
+    params = ex.init_params()
+    opt = rlx_gpu.SGD(params, lr=0.0, device=device)
+    mlp = ex.GpuMLP(opt, train, test)
+    mlp.gradients(1)
+    p = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    x = torch.tensor(train[0][ex.BATCH:2 * ex.BATCH])
+    y = torch.tensor(train[1][ex.BATCH:2 * ex.BATCH].astype(np.int64))
+    loss = torch.nn.functional.cross_entropy(torch.tanh(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"], y)
+    loss.backward()
+    assert abs(mlp.batch_loss() - loss.item()) <= 1e-5 * max(1.0, loss.item())
+    for k, t in p.items():
+        want = t.grad.numpy()
+        assert np.abs(opt.grads[k].numpy() - want).max() <= 1e-5 * max(1e-3, np.abs(want).max()), k

@@ -4,6 +4,7 @@ from .arena import Arena, DeviceTensor
 from .device import Device, DeviceLostError, NoAdapterError, adapters, get_device
 from .kernels import ComputePass, Kernel, get_kernel, grid, shipped_kernel
 from .layout import Layout
+from .program import Program
 
 __all__ = ["Arena", "DeviceTensor", "Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device",
-           "ComputePass", "Kernel", "get_kernel", "grid", "shipped_kernel", "Layout"]
+           "ComputePass", "Kernel", "get_kernel", "grid", "shipped_kernel", "Layout", "Program"]

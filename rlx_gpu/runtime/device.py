@@ -95,6 +95,17 @@ class Device:
         return self.info["name"]
 
     @property
+    def wgpu_device(self):
+        """The wgpu-py ``GPUDevice`` underneath, for your own pipelines and buffers (``rlx_gpu.Program`` wraps the
+        common case); ``queue`` is its queue."""
+        return self.device
+
+    def encoder(self):
+        """A new command encoder on this device (record :class:`rlx_gpu.Program` dispatches, then ``submit``)."""
+        self.ensure_alive()
+        return self.device.create_command_encoder()
+
+    @property
     def io_lock(self):
         """The lock serialising host <-> device transfers on this device (its staging buffers are shared)."""
         return self._shared["io"]

@@ -1,0 +1,80 @@
+"""Your own WGSL compute shaders on an optimizer's device, with buffers bound by name.
+
+    fwd = rlx_gpu.Program(opt.device, WGSL, "forward", WG=64)     # entry point, override constants
+    fwd(groups, x=batch, w=opt.params["w"], out=hidden)           # one dispatch, submitted now
+    enc = opt.device.encoder()                                    # or several in one submission:
+    fwd.record(enc, groups, x=batch, w=opt.params["w"], out=hidden)
+    bwd.record(enc, groups, ..., grad_w=opt.grads["w"])           # straight into the optimizer's grad slot
+    opt.device.submit(enc); opt.step()                            # the step reads those grads, no copy
+
+A binding is named by its declaration, ``@group(0) @binding(N) var<storage, read|read_write> NAME: ...``
+(storage buffers in group 0; only those the entry point uses need a buffer). A value may be a
+:class:`~rlx_gpu.DeviceTensor` (its range of its arena: ``binding()``), a wgpu buffer (whole), a dict
+``{"buffer", "offset", "size"}`` or a tuple ``(buffer, offset, size)``. ``groups``: an int (a row of workgroups) or
+an (x, y, z) tuple. Buffers of your own: ``device.buffer(nbytes, label, data=array)``, read back with
+``device.read(buffer, out=array)``. Compiler errors are a RuntimeError naming the entry point and the line.
+"""
+from __future__ import annotations
+
+from .arena import DeviceTensor
+from .kernels import get_kernel
+
+__all__ = ["Program"]
+
+
+def _resource(name: str, v):
+    if isinstance(v, DeviceTensor):
+        b = v.binding()
+        return b["buffer"], b["offset"], b["size"]
+    if isinstance(v, dict):
+        return v["buffer"], v["offset"], v["size"]
+    if isinstance(v, tuple) and len(v) == 3:
+        return v
+    if hasattr(v, "size") and hasattr(v, "usage"):  # a wgpu buffer
+        return v, 0, v.size
+    raise TypeError(f"rlx_gpu.Program: binding {name!r} must be a DeviceTensor, a wgpu buffer, a dict "
+                    f"{{'buffer', 'offset', 'size'}} or a (buffer, offset, size) tuple, got {type(v).__name__}")
+
+
+class Program:
+    """One entry point of a WGSL source on ``device``, compiled once (cached by source text and constants)."""
+
+    def __init__(self, device, code: str, entry: str, *, label: str = "user", **constants):
+        self.device = device
+        self.kernel = get_kernel(device, label, code, entry, **constants)
+        #: The storage bindings the entry point uses: {name: (binding index, read-only)}.
+        self.bindings = dict(self.kernel.bindings)
+        self._binds: dict = {}
+
+    def bind(self, **buffers):
+        """The bind group for these buffers (cached: the same buffers give the same group)."""
+        unknown = set(buffers) - set(self.bindings)
+        if unknown:
+            raise KeyError(f"rlx_gpu.Program {self.kernel.entry!r}: no binding named {sorted(unknown)}; it uses "
+                           f"{sorted(self.bindings)}")
+        res = {n: _resource(n, v) for n, v in buffers.items()}
+        key = tuple((n, id(b), o, s) for n, (b, o, s) in sorted(res.items()))
+        if key not in self._binds:
+            if len(self._binds) > 256:
+                self._binds.clear()
+            self._binds[key] = (self.kernel.bind(res), [b for b, _, _ in res.values()])  # (keeps buffers alive)
+        return self._binds[key][0]
+
+    def record(self, encoder, groups, **buffers) -> None:
+        """Record one dispatch into a command encoder (``device.encoder()``)."""
+        x, y, z = (int(groups), 1, 1) if not isinstance(groups, tuple) else (tuple(map(int, groups)) + (1, 1))[:3]
+        lim = self.device.max_workgroups
+        if not (0 < x <= lim and 0 < y <= lim and 0 < z <= lim):
+            raise ValueError(f"rlx_gpu.Program {self.kernel.entry!r}: groups {groups} must be 1..{lim} per "
+                             "dimension (pass an (x, y, z) tuple past one row)")
+        p = encoder.begin_compute_pass()
+        p.set_pipeline(self.kernel.pipeline)
+        p.set_bind_group(0, self.bind(**buffers))
+        p.dispatch_workgroups(x, y, z)
+        p.end()
+
+    def __call__(self, groups, **buffers) -> None:
+        """Record one dispatch and submit it."""
+        enc = self.device.encoder()
+        self.record(enc, groups, **buffers)
+        self.device.submit(enc)
