@@ -34,7 +34,18 @@ F32 = np.float32
 
 
 class GradScaler:
-    """torch.amp.GradScaler's dynamic loss scaling for the GPU optimizers and the NumPy twins."""
+    """torch.amp.GradScaler's dynamic loss scaling for the GPU optimizers and the NumPy twins.
+
+    The rule (torch's): a step whose grads hold inf or NaN is skipped and the scale multiplied by
+    ``backoff_factor``; after ``growth_interval`` clean steps in a row it is multiplied by ``growth_factor``.
+
+    Args:
+        init_scale (2**16): the first scale.  growth_factor (2.0, > 1), backoff_factor (0.5, in (0, 1)),
+        growth_interval (2000, a positive int), enabled (True; False: scale 1, no checks, ``step`` is a plain step).
+    Methods: ``scale(loss)`` (loss * scale), ``step(opt, grads=None)`` (checks, unscales in the kernels, skips on
+    inf/NaN), ``update()``, ``get_scale()``, ``scale_binding()`` (the scale as one f32 on the device, for
+    backward kernels), ``state_dict()``/``load_state_dict()`` (torch's keys), ``lock``.
+    """
 
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
                  enabled=True):

@@ -22,7 +22,7 @@ __all__ = ["clip_grad_norm", "global_grad_clip_scale", "l2_norm"]
 
 
 def l2_norm(x) -> float:
-    """The L2 norm of a NumPy array, accumulated in float64."""
+    """The L2 norm of a NumPy array (any float dtype), sqrt(sum(x**2)) accumulated in float64; a float."""
     return math.sqrt(float(np.sum(np.square(np.asarray(x, np.float64)))))
 
 

@@ -33,7 +33,13 @@ __all__ = ["Optimizer", "Pass"]
 
 
 class Optimizer(StepMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Checkpointable):
-    """Base class of the GPU optimizers (use a subclass, e.g. :class:`rlx_gpu.AdamW`)."""
+    """Base class of the GPU optimizers (use a subclass, e.g. :class:`rlx_gpu.AdamW`; ``Optimizer.load(path)``
+    makes the class a checkpoint names). A subclass is a declaration: ``spec`` (its NumPy twin), ``shader`` (its
+    WGSL update function), ``fields``/``flags`` (its record) and ``passes``; CONTRIBUTING.md shows one whole.
+    Every subclass has the same surface: ``step``, ``params``/``grads`` (:class:`DeviceTensor`), ``param_groups``,
+    ``read_params``/``write_params``/``write_grads``, ``zero_grad``, ``set_lr``/``set_lr_scale``, ``clip_grads``,
+    ``last_grad_norm``, ``last_step_skipped``, ``state_dict``/``load_state_dict``, ``save``/``load``/``restore``,
+    ``memory``, ``options``, ``device`` and ``lock``."""
 
     # -- the declaration a subclass gives --------------------------------------------------------------------
     spec = None            # the NumPy twin class: defaults, state names, validation, the update rule in NumPy

@@ -23,7 +23,8 @@ class Adafactor(Optimizer):
         u = g / sqrt(max(v, eps1^2));  p -= alpha / max(1, RMS(u) / d) * u
 
     Args:
-        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts.
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or
+            a list of param-group dicts.
         lr (1e-2: caps the relative step size), beta2_decay (-0.8), eps ((None, 1e-3): eps1 floors the second
         moment, None = float32's epsilon; eps2 floors RMS(p)), d (1.0: clipping threshold of RMS(u)),
         weight_decay (0, decoupled), maximize (False).

@@ -12,7 +12,8 @@ class Adagrad(Optimizer):
         sum += g^2;  p -= clr * g / (sqrt(sum) + eps)
 
     Args:
-        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts.
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or
+            a list of param-group dicts.
         lr (1e-2): learning rate.  lr_decay (0): the step size decay.  weight_decay (0): L2 penalty.
         initial_accumulator_value (0): where ``sum`` starts.  eps (1e-10): added to the denominator.
         maximize (False): ascend.

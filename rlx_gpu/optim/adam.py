@@ -17,8 +17,8 @@ class Adam(Optimizer):
         p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 
     Args:
-        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts
-            ``{"params": {...}, "lr": ...}`` whose keys override the defaults.
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or a
+            list of param-group dicts ``{"params": {...}, "lr": ...}`` whose keys override the defaults.
         lr (1e-3): learning rate.  betas ((0.9, 0.999)): decay rates of the first and second moments.
         eps (1e-8): added to the denominator after the bias correction of sqrt(v).
         weight_decay (0): L2 penalty added to the grad.  amsgrad (False): use the running maximum of v.
@@ -44,7 +44,13 @@ class AdamW(Adam):
 
         p *= 1 - lr * weight_decay;  then Adam's update with no L2 term
 
-    Args: as :class:`Adam`, with weight_decay (1e-2) decoupled.
+    Args:
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or a
+            list of param-group dicts.
+        lr (1e-3): learning rate.  betas ((0.9, 0.999)): decay rates of the first and second moments.
+        eps (1e-8): added to the denominator after the bias correction of sqrt(v).
+        weight_decay (1e-2): decoupled: p *= 1 - lr * weight_decay before the update.
+        amsgrad (False): use the running maximum of v.  maximize (False): ascend instead of descend.
     State: step, exp_avg, exp_avg_sq[, max_exp_avg_sq].
     """
     spec = ref.AdamW

@@ -16,7 +16,8 @@ class LAMB(Optimizer):
         r = |p| / |u| unless either is 0 (then 1);  p -= lr * r * u
 
     Args:
-        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts.
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or
+            a list of param-group dicts.
         lr (1e-3), betas ((0.9, 0.999)), eps (1e-6: added to sqrt(v^)), weight_decay (0.01: inside the trust
         ratio), bias_correction (True), maximize (False).
     State: step, exp_avg, exp_avg_sq.

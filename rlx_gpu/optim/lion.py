@@ -11,7 +11,8 @@ class Lion(Optimizer):
         p *= 1 - lr * weight_decay;  p -= lr * sign(b1 * m + (1 - b1) * g)  (sign(0) = 0);  m = b2 * m + (1 - b2) * g
 
     Args:
-        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts.
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or
+            a list of param-group dicts.
         lr (1e-4; typically 3-10x smaller than AdamW's), betas ((0.9, 0.99)), weight_decay (0, decoupled).
     State: step, exp_avg.
     """

@@ -21,7 +21,8 @@ class Mars(Optimizer):
         else: AdamW with lr_1d, betas_1d, weight_decay_1d.   Every tensor: g_prev = g.
 
     Args:
-        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts.
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or
+            a list of param-group dicts.
         lr (3e-3), betas ((0.95, 0.99)), eps (1e-8), weight_decay (0), gamma (0.025): for 2-D tensors.
         lr_1d (3e-3), betas_1d ((0.9, 0.95)), weight_decay_1d (0.1): AdamW for the others.
     State: step, exp_avg, exp_avg_sq, last_grad.

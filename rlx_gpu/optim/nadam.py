@@ -18,7 +18,8 @@ class NAdamW(Optimizer):
         p -= lr * (1 - mu_t) / (1 - mu_product) * g / d + lr * mu_{t+1} / (1 - mu_product * mu_{t+1}) * m / d
 
     Args:
-        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts.
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or
+            a list of param-group dicts.
         lr (2e-3), betas ((0.9, 0.999)), eps (1e-8), weight_decay (1e-2, decoupled), momentum_decay (4e-3),
         maximize (False).
     State: step, exp_avg, exp_avg_sq, mu_product (0-d).

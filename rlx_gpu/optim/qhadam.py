@@ -15,7 +15,8 @@ class QHAdamW(Optimizer):
         p -= lr * (nu1 * m + (1 - nu1) * g) / (sqrt(nu2 * v + (1 - nu2) * g^2) + eps)
 
     Args:
-        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts.
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or
+            a list of param-group dicts.
         lr (1e-3), betas ((0.9, 0.999)), nus ((1.0, 1.0); suggested (0.7, 1.0) with betas (0.995, 0.999)),
         eps (1e-8), weight_decay (0, decoupled).
     State: step, exp_avg, exp_avg_sq.

@@ -18,7 +18,8 @@ class RAdam(Optimizer):
         rho_t > 5: p -= lr * m^ * r_t * sqrt(1 - b2^t) / (sqrt(v) + eps)  else  p -= lr * m^
 
     Args:
-        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts.
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or
+            a list of param-group dicts.
         lr (1e-3), betas ((0.9, 0.999)), eps (1e-8), weight_decay (0), decoupled_weight_decay (False),
         maximize (False).
     State: step, exp_avg, exp_avg_sq.

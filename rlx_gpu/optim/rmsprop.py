@@ -15,7 +15,8 @@ class RMSprop(Optimizer):
         momentum mu > 0: b = mu * b + g / d, p -= lr * b  else p -= lr * g / d
 
     Args:
-        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts.
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or
+            a list of param-group dicts.
         lr (1e-2): learning rate.  alpha (0.99): smoothing constant.  eps (1e-8): added to the denominator.
         weight_decay (0): L2 penalty.  momentum (0): momentum factor.  centered (False): normalise by the
         estimated variance of the grad.  maximize (False): ascend.

@@ -15,7 +15,8 @@ class SGD(Optimizer):
         p -= lr * g
 
     Args:
-        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts.
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or
+            a list of param-group dicts.
         lr (1e-3): learning rate.  momentum (0): momentum factor.  dampening (0): dampening of the momentum.
         weight_decay (0): L2 penalty added to the grad.  nesterov (False): Nesterov momentum (needs momentum > 0
         and dampening 0).  maximize (False): ascend.

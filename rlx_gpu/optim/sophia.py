@@ -19,7 +19,8 @@ class SophiaH(Optimizer):
                     p -= lr * sign(m) * min(|m| / max(rho * h, eps), 1)
 
     Args:
-        params: dict name -> array (float32, float16 or bfloat16), or a list of param-group dicts.
+        params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or
+            a list of param-group dicts.
         lr (1e-4), betas ((0.965, 0.99): momentum b1 and Hessian EMA b2), rho (0.04: the clipping scale gamma),
         eps (1e-15: floor of the preconditioner), weight_decay (0.1, decoupled), maximize (False).
     State: step, exp_avg, hessian. ``update_hessian`` takes your Hutchinson estimates (u Rademacher or Gaussian,

@@ -2,6 +2,8 @@
 class of the same optimizer reads these through its ``spec`` (the twin class)."""
 from __future__ import annotations
 
+import sys
+
 from ..core import options as shared
 from ..core.groups import validate_group
 
@@ -31,6 +33,8 @@ class Spec:
         super().__init_subclass__(**kw)
         Spec._classes.setdefault(cls.__name__, cls)
         cls.__signature__ = shared.signature(cls.defaults, gpu=False)
+        if cls.defaults and "Hyperparameters (defaults)" not in (vars(cls).get("__doc__") or ""):
+            cls.__doc__ = _doc(cls)
 
     # -- the spec, shared with the GPU class ----------------------------------------------------
     @classmethod
@@ -73,3 +77,15 @@ class Spec:
     @classmethod
     def state_shape_of(cls, state: str, shape) -> tuple:
         return tuple(shape) if state == MASTER else cls.state_shape(state, shape)
+
+
+def _doc(cls) -> str:
+    """A twin's docstring: its own line, the update rule (its module's docstring), hyperparameters with their
+    defaults, state names and the shared options, so that ``help()`` on a twin is enough to use it."""
+    rule = (sys.modules[cls.__module__].__doc__ or "").strip()
+    hyper = ", ".join(f"{k}={v!r}" for k, v in cls.defaults.items())
+    return (f"{(cls.__doc__ or cls.__name__).strip()}\n\nThe NumPy twin of ``rlx_gpu.{cls.__name__}``: the same "
+            f"constructor, ``step``, ``params`` (NumPy arrays), ``grads``, ``param_groups``, state dicts and "
+            f"checkpoints; float32 NumPy in the kernel's order of operations.\n\n{rule}\n\n"
+            f"Hyperparameters (defaults): {hyper}.\nState: step, {', '.join(cls.all_state_names)}."
+            + shared.doc(gpu=False))

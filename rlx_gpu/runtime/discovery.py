@@ -21,7 +21,8 @@ _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
 
 
 class NoAdapterError(RuntimeError):
-    """Raised when no WebGPU adapter matches (or none exists at all)."""
+    """Raised when no WebGPU adapter matches the selector (the message lists those present and the selectors that
+    work), or none exists at all (the message says how to install a CPU Vulkan driver)."""
 
 
 def runtime_dir() -> str | None:
