@@ -260,7 +260,7 @@ def main(argv=None):
         except ImportError:
             print("matplotlib is not installed: no plot")
     print(f"final loss {curve[-1][1]:.4f}, test accuracy {acc:.4f}")
-    if args.steps >= 1500:
+    if args.steps >= 150:  # the goal (0.974 after 150 steps on llvmpipe, 0.987 after 1,500)
         assert acc >= 0.95, f"test accuracy {acc:.4f} < 0.95"
     return acc
 

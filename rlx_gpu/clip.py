@@ -39,6 +39,8 @@ def clip_grad_norm(target, max_norm, norm_type=2.0) -> float:
     norm_kind(norm_type)
     if isinstance(target, Optimizer):
         return target.clip_grads(max_norm, norm_type)
+    if getattr(target, "_torch", None):  # a twin built from torch tensors: their .grad
+        return target._torch_clip(max_norm, norm_type)
     grads = target.grads if hasattr(target, "grads") and not isinstance(target, dict) else target
     if not isinstance(grads, dict):
         raise TypeError(f"clip_grad_norm: expected a GPU optimizer, a NumPy twin or a dict of arrays, "

@@ -6,8 +6,12 @@ parameter's index (counted across groups in order). Values: NumPy arrays <-> tor
 (``foreach``, ``fused``, ``capturable``, ``differentiable``, ``param_names``) are dropped on the way in and, with
 ``like=``, taken from a torch optimizer on the way out (otherwise torch fills its defaults when it loads).
 
-    torch_opt.load_state_dict(rlx_gpu.to_torch_state_dict(opt.state_dict(), like=torch_opt))
+    torch_opt.load_state_dict(rlx_gpu.to_torch_state_dict(opt, like=torch_opt))
     opt.load_state_dict(rlx_gpu.from_torch_state_dict(torch_opt.state_dict(), opt))
+
+Given the optimizer rather than its state dict, the conversions also write and check the keys torch's class of
+the same algorithm needs (NAdamW: ``decoupled_weight_decay=True``; a torch NAdam state with False is refused).
+torch's SGD counts no steps: its states load with ``step`` 1 where they hold a buffer, else 0.
 
 torch is imported only by :func:`to_torch_state_dict` (which makes torch tensors).
 """
@@ -24,11 +28,21 @@ def _names_of(sd) -> list:
     return [n for g in sd["param_groups"] for n in g["params"]]
 
 
-def to_torch_state_dict(sd: dict, like=None) -> dict:
-    """An rlx_gpu state dict (GPU class or twin) as torch.optim's: state and params keyed by index. ``like``: a
-    torch optimizer whose groups supply torch's own keys (``foreach``, ``decoupled_weight_decay`` of NAdam, ...)
-    that rlx_gpu's groups do not hold."""
+def _torch_keys(opt) -> dict:
+    """The fixed torch group keys of an rlx_gpu optimizer (GPU class: its spec's; twin: its own)."""
+    cls = getattr(type(opt), "spec", None) or type(opt)
+    return dict(getattr(cls, "torch_group_keys", {}))
+
+
+def to_torch_state_dict(sd, like=None) -> dict:
+    """An rlx_gpu state dict (GPU class or twin), or the optimizer itself, as torch.optim's: state and params keyed
+    by index. ``like``: a torch optimizer whose groups supply torch's own keys (``foreach``, ...) that rlx_gpu's
+    groups do not hold. Given the optimizer, the keys torch's class needs (NAdamW's ``decoupled_weight_decay``)
+    are written too."""
     import torch
+    fixed = {}
+    if not isinstance(sd, dict):
+        fixed, sd = _torch_keys(sd), sd.state_dict()
     index = {n: i for i, n in enumerate(_names_of(sd))}
 
     def tensor(v):
@@ -44,6 +58,7 @@ def to_torch_state_dict(sd: dict, like=None) -> dict:
     groups = []
     for gi, g in enumerate(sd["param_groups"]):
         out = {k: v for k, v in g.items() if k != "params"}
+        out.update(fixed)
         if like is not None:
             for k, v in like.param_groups[gi].items():
                 if k not in out and k != "params":
@@ -57,9 +72,15 @@ def from_torch_state_dict(sd: dict, names) -> dict:
     """A torch.optim state dict as rlx_gpu's. ``names``: the tensor names in torch's parameter order (e.g.
     ``[n for n, _ in model.named_parameters()]``), or an rlx_gpu optimizer (its names, in order; its groups' keys
     decide which of torch's keys are kept)."""
-    keep = None
+    keep, fixed = None, {}
     if not isinstance(names, (list, tuple)):
         keep = set(names.defaults) | {"initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum"}
+        fixed = _torch_keys(names)
+        for g in sd["param_groups"]:
+            for k, want in fixed.items():
+                if k in g and g[k] != want:
+                    raise ValueError(f"from_torch_state_dict: the torch state has {k}={g[k]!r}, but "
+                                     f"{type(names).__name__} is torch's optimizer with {k}={want!r}")
         names = [n for g in names.param_groups for n in g["params"]]
     order = [i for g in sd["param_groups"] for i in g["params"]]
     if len(order) != len(names):
@@ -74,7 +95,10 @@ def from_torch_state_dict(sd: dict, names) -> dict:
                                                                 "state").copy()
         return int(v) if k == "step" else np.array(v)
 
-    state = {name[i]: {k: array(k, v) for k, v in st.items()} for i, st in sd["state"].items()}
+    state = {}
+    for i, st in sd["state"].items():
+        state[name[i]] = {k: array(k, v) for k, v in st.items()}
+        state[name[i]].setdefault("step", 1 if st else 0)  # (torch's SGD counts no steps)
     groups = []
     for g in sd["param_groups"]:
         out = {k: v for k, v in g.items() if k != "params" and k not in TORCH_ONLY and (keep is None or k in keep)}

@@ -27,11 +27,23 @@ from .interop import from_torch_state_dict, to_torch_state_dict
 __all__ = list(_optim.__all__)
 
 
+def _plain(v):
+    """A hyperparameter as rlx_gpu takes it: tensors (torch accepts ``lr=torch.tensor(...)``) as floats, lists of
+    numbers as tuples."""
+    if isinstance(v, torch.Tensor):
+        return float(v)
+    if isinstance(v, (list, tuple)):
+        return tuple(_plain(x) for x in v)
+    return v
+
+
 class _Wrapped(torch.optim.Optimizer):
     _engine_cls = None
 
     def __init__(self, params, *args, **kwargs):
         cls = self._engine_cls
+        args = tuple(_plain(a) for a in args)
+        kwargs = {k: (_plain(v) if k in cls.spec.defaults else v) for k, v in kwargs.items()}
         hyper, opts = _options.split(cls.__name__, cls.spec.defaults, args, kwargs, gpu=True)
         super().__init__(params, {**cls.spec.defaults, **hyper})
         groups, k = [], 0
@@ -44,11 +56,16 @@ class _Wrapped(torch.optim.Optimizer):
         #: The rlx_gpu optimizer doing the work (its params are named "0", "1", ... as torch numbers them).
         self.engine = cls(groups, **opts)
 
+    def add_param_group(self, param_group: dict) -> None:
+        if hasattr(self, "engine"):  # (torch's constructor adds the first groups)
+            raise NotImplementedError(f"rlx_gpu.torch.{type(self).__name__}: groups are fixed once made; build a "
+                                      "new optimizer with every group (its state dict carries over)")
+        super().add_param_group(param_group)
+
     def _sync_hyperparameters(self) -> None:
         for g, eg in zip(self.param_groups, self.engine.param_groups):
             for h in self.engine.defaults:
-                v = g[h]
-                eg[h] = tuple(v) if isinstance(v, list) else (float(v) if isinstance(v, torch.Tensor) else v)
+                eg[h] = _plain(g[h])
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -62,7 +79,7 @@ class _Wrapped(torch.optim.Optimizer):
 
     def state_dict(self) -> dict:
         self._sync_hyperparameters()
-        sd = to_torch_state_dict(self.engine.state_dict(), like=self)
+        sd = to_torch_state_dict(self.engine, like=self)
         for g, mine in zip(sd["param_groups"], self.param_groups):  # scheduler keys (initial_lr, ...) as torch keeps
             for k, v in mine.items():
                 if k != "params":

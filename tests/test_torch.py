@@ -197,3 +197,88 @@ def test_bad_torch_params_are_clear_errors(device):
     with pytest.raises(TypeError, match="grad of '0' is not contiguous"):
         opt.step()
     assert all(torch.equal(p, q) for p, q in zip(m.parameters(), before))  # checked before any change
+
+
+def test_single_tensors_and_duplicates(device):
+    w = torch.nn.Parameter(torch.ones(3, 2))
+    with pytest.raises(TypeError, match="not a tensor; pass \\[tensor\\]"):
+        rlx_gpu.SGD(w, device=device)  # as torch: params must be an iterable
+    opt = rlx_gpu.SGD([{"params": w}], lr=0.5, device=device)  # torch takes {"params": tensor} as one param
+    assert list(opt.params) == ["0"] and opt.params["0"].shape == (3, 2)
+    w.grad = torch.ones_like(w)
+    opt.step()
+    assert torch.equal(w, torch.full((3, 2), 0.5))
+    with pytest.raises(ValueError, match="passed twice"):
+        rlx_gpu.SGD({"a": w, "b": w}, device=device)
+
+
+@pytest.mark.parametrize("twin", [False, True], ids=["gpu", "twin"])
+def test_write_params_restore_and_clip_reach_the_tensors(twin, device, tmp_path):
+    m, ref = model(), model()
+    opt = (rlx_gpu.reference.SGD(m.parameters(), lr=0.1) if twin
+           else rlx_gpu.SGD(m.parameters(), lr=0.1, device=device))
+    x, y = data()
+    loss_of(m, x, y).backward()
+    v = m[0].weight._version
+    opt.step()
+    assert m[0].weight._version > v  # bumped, as torch's in-place update bumps it
+    opt.save(tmp_path / "ck.npz")
+    saved = [p.detach().clone() for p in m.parameters()]
+    opt.write_params({"1": np.full(16, 3.0, np.float32)})
+    assert torch.equal(m[0].bias, torch.full((16,), 3.0))
+    opt.restore(tmp_path / "ck.npz")
+    assert all(torch.equal(p, q) for p, q in zip(m.parameters(), saved))
+    # clipping clips the tensors' .grad, as torch.nn.utils.clip_grad_norm_ does
+    loss_of(m, x, y).backward()
+    loss_of(ref, x, y).backward()
+    for p, q in zip(ref.parameters(), m.parameters()):
+        p.data.copy_(q.data)
+        p.grad = q.grad.clone()
+    want = torch.nn.utils.clip_grad_norm_(list(ref.parameters()), 0.05)
+    got = rlx_gpu.clip_grad_norm(opt, 0.05)
+    assert got == pytest.approx(float(want), rel=1e-5)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_sgd_state_dicts_from_torch_continue_as_torch(momentum, device):
+    """torch's SGD keeps no step count: its state loads (step 1 where a buffer exists) and continues as torch."""
+    m, ref = model(), model()
+    x, y = data()
+    topt, ropt = (torch.optim.SGD(mod.parameters(), lr=0.05, momentum=momentum) for mod in (m, ref))
+    for mod, o in ((m, topt), (ref, ropt)):
+        for _ in range(5):
+            loss_of(mod, x, y).backward()
+            o.step()
+            o.zero_grad()
+    opt = rlx_gpu.SGD(m.parameters(), lr=0.05, momentum=momentum, device=device)
+    opt.load_state_dict(rlx_gpu.from_torch_state_dict(topt.state_dict(), opt))
+    for mod, o in ((m, opt), (ref, ropt)):
+        for _ in range(5):
+            loss_of(mod, x, y).backward()
+            o.step()
+            o.zero_grad()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        assert close(p, q, 1e-5)
+
+
+def test_nadamw_keeps_decoupled_weight_decay_across_the_conversion(device):
+    m = model()
+    opt = rlx_gpu.NAdamW(m.parameters(), device=device)
+    sd = rlx_gpu.to_torch_state_dict(opt)  # given the optimizer: torch's NAdam keys too
+    assert all(g["decoupled_weight_decay"] is True for g in sd["param_groups"])
+    coupled = torch.optim.NAdam(model().parameters(), decoupled_weight_decay=False)
+    with pytest.raises(ValueError, match="decoupled_weight_decay"):
+        rlx_gpu.from_torch_state_dict(coupled.state_dict(), opt)
+
+
+def test_rlx_gpu_torch_tensor_hyperparameters_and_fixed_groups(device):
+    import rlx_gpu.torch as rt
+    opt = rt.AdamW(model().parameters(), lr=torch.tensor(0.01), betas=[torch.tensor(0.8), 0.99], device=device)
+    assert opt.engine.param_groups[0]["betas"] == (np.float32(0.8), 0.99)
+    opt.param_groups[0]["betas"] = [torch.tensor(0.85), 0.99]  # what a scheduler may write
+    opt.step()
+    assert opt.engine.param_groups[0]["betas"] == (np.float32(0.85), 0.99)
+    with pytest.raises(NotImplementedError, match="groups are fixed"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(2))]})

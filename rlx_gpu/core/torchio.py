@@ -9,13 +9,19 @@ caller who passes torch tensors has imported it.
 An optimizer built from torch tensors (:class:`TorchParams`): ``step()`` with no grads takes each tensor's ``.grad``
 (None: no grad, as torch), and afterwards the tensors hold the updated values, written into their storage through
 zero-copy NumPy views in one transfer; a tensor changed in torch since (its version counter or its storage moved)
-is uploaded again first (with master weights, its master copy restarts from it, as for ``write_params``).
-``zero_grad()`` sets ``.grad`` to None (or zeroes it with ``set_to_none=False``); ``step(closure)`` calls the
-closure with grad enabled and returns its loss.
+is uploaded again first (with master weights, its master copy restarts from it, as for ``write_params``). An
+edit through ``p.data`` in place bypasses torch's version counter and is not seen: edit ``p`` under
+``torch.no_grad()``, or call ``opt.write_params``. Each step bumps the tensors' version counters, as torch's
+in-place update does (autograd then refuses a graph built before the step). ``write_params`` and ``restore``
+write into the tensors too. ``zero_grad()`` sets ``.grad`` to None (or zeroes it with ``set_to_none=False``);
+``step(closure)`` calls the closure with grad enabled and returns its loss; clipping (``rlx_gpu.clip_grad_norm``,
+``clip_grads``) clips the tensors' ``.grad``.
 """
 from __future__ import annotations
 
 import sys
+
+import numpy as np
 
 _FLOATS = ("torch.float32", "torch.float16", "torch.bfloat16")
 
@@ -46,9 +52,12 @@ def numpy_view(owner: str, name: str, t, what: str = "tensor"):
 
 
 def _named(owner: str, items, counter: list) -> dict:
-    """``items`` (a dict, or an iterable of tensors or of (name, tensor) pairs) -> {name: tensor or array}."""
+    """``items`` (a dict, a tensor, or an iterable of tensors or of (name, tensor) pairs) -> {name: tensor or array}
+    (a tensor alone is one parameter, as torch takes ``{"params": tensor}``)."""
     if isinstance(items, dict):
         return dict(items)
+    if is_tensor(items):
+        items = [items]
     out = {}
     for x in items:
         if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str):
@@ -65,6 +74,9 @@ def _named(owner: str, items, counter: list) -> dict:
 def from_torch(owner: str, params):
     """(params with torch tensors replaced by NumPy views and iterables by dicts, {name: tensor}); the second is
     empty when no torch tensor was passed (then a dict of arrays or a list of groups comes back as it was)."""
+    if is_tensor(params):
+        raise TypeError(f"{owner}: params must be an iterable of tensors (model.parameters()), a dict name -> "
+                        f"tensor or a list of param groups, not a tensor; pass [tensor]")
     if isinstance(params, dict):
         if not any(is_tensor(v) for v in params.values()):
             return params, {}
@@ -88,6 +100,9 @@ def from_torch(owner: str, params):
             if is_tensor(t):
                 if n in tensors:
                     raise ValueError(f"{owner}: tensor {n!r} appears more than once in the params")
+                same = next((m for m, u in tensors.items() if u is t), None)
+                if same is not None:
+                    raise ValueError(f"{owner}: one tensor is passed twice, as {same!r} and {n!r}")
                 tensors[n] = t
         g["params"] = {n: (numpy_view(owner, n, t) if is_tensor(t) else t) for n, t in named.items()}
     if tensors and len(tensors) != sum(len(g["params"]) for g in groups):
@@ -134,20 +149,37 @@ class TorchParams:
         if changed:
             for n, t in changed.items():
                 self._torch_views[n] = numpy_view(type(self).__name__, n, t)
-            self.write_params({n: self._torch_views[n] for n in changed})
-            for n, t in changed.items():
-                self._torch_seen[n] = (t._version, t.data_ptr())
+            self.write_params({n: self._torch_views[n] for n in changed})  # (which notes their versions)
         if grads is None:
             grads = {n: numpy_view(type(self).__name__, n, t.grad, "grad of")
                      for n, t in self._torch.items() if t.grad is not None}
         return loss, grads
 
-    def _torch_epilogue(self) -> None:
-        """The updated values into the tensors' storage (one transfer), and their versions noted."""
-        if self._torch:
-            self.read_params(out=self._torch_views)
-            for n, t in self._torch.items():
-                self._torch_seen[n] = (t._version, t.data_ptr())
+    def _torch_epilogue(self, names=None) -> None:
+        """The device's values into the tensors' storage (one transfer; all, or ``names``), their version counters
+        bumped as an in-place update would, and noted."""
+        if not self._torch:
+            return
+        names = list(self._torch) if names is None else list(names)
+        self.read_params(out={n: self._torch_views[n] for n in names})
+        bump = getattr(_torch().autograd.graph, "increment_version", None)
+        for n in names:
+            t = self._torch[n]
+            if bump is not None:
+                bump(t)
+            self._torch_seen[n] = (t._version, t.data_ptr())
+
+    def _torch_clip(self, max_norm, norm_type) -> float:
+        """torch's clip_grad_norm_ on the tensors' ``.grad`` (in place, through NumPy views); the total norm."""
+        from .numerics import clip_coef, host_total_norm
+        grads = [numpy_view(type(self).__name__, n, t.grad, "grad of") for n, t in self._torch.items()
+                 if t.grad is not None]
+        total = host_total_norm(grads, norm_type)
+        c = clip_coef(total, max_norm)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for g in grads:
+                g[...] = (g.astype(np.float32) * c).astype(g.dtype)
+        return float(total)
 
     def _torch_zero_grad(self, set_to_none: bool) -> bool:
         """torch's zero_grad on the tensors' ``.grad``; False when the optimizer was not built from tensors."""

@@ -110,9 +110,12 @@ class ReduceMixin:
     @locked
     def clip_grads(self, max_norm, norm_type=2.0) -> float:
         """Clip the device gradient slots in place to a global norm of ``max_norm`` (torch's clip_grad_norm_:
-        norm types 2, 1, inf or any p > 0); return the total norm. What :func:`rlx_gpu.clip_grad_norm` calls."""
+        norm types 2, 1, inf or any p > 0); return the total norm. What :func:`rlx_gpu.clip_grad_norm` calls. Built
+        from torch tensors: their ``.grad`` (the next step reads those)."""
         check_max_norm(max_norm)
         kind, p = norm_kind(norm_type)
+        if self._torch:  # built from torch tensors: the grads to clip are their .grad
+            return self._torch_clip(max_norm, norm_type)
         self._settle()
         self._set_global(grad_mul=1.0, inv_scale=1.0, max_norm=float(max_norm), norm_kind=kind, norm_p=p, count_all=1)
         enc = self.device.device.create_command_encoder()

@@ -100,6 +100,7 @@ class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
             self.params[n][...] = a
             if self._master(n) and n in self.state:
                 self.state[n][MASTER] = a.astype(F32)
+        self._torch_epilogue(params)
 
     def last_grad_norm(self) -> float | None:
         """The total gradient norm the last step computed (NaN after a step skipped on inf/NaN); None when it

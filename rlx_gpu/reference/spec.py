@@ -26,6 +26,9 @@ class Spec:
     aux_states: tuple = ()
     #: Hyperparameters that are learning rates (multiplied by ``lr_scale``).
     lr_keys: tuple = ("lr",)
+    #: Keys torch.optim's class of the same algorithm keeps in its groups with a fixed value here (NAdamW is
+    #: ``torch.optim.NAdam(decoupled_weight_decay=True)``): written into and checked in converted state dicts.
+    torch_group_keys: dict = {}
     on_device = False
     _classes: dict = {}
 
