@@ -145,14 +145,14 @@ class TorchParams:
                 loss = closure()
         if not self._torch:
             return loss, grads
-        changed = {n: t for n, t in self._torch.items() if (t._version, t.data_ptr()) != self._torch_seen[n]}
-        if changed:
-            for n, t in changed.items():
-                self._torch_views[n] = numpy_view(type(self).__name__, n, t)
-            self.write_params({n: self._torch_views[n] for n in changed})  # (which notes their versions)
-        if grads is None:
+        if grads is None:  # (first: a grad that cannot be used is an error before anything is uploaded)
             grads = {n: numpy_view(type(self).__name__, n, t.grad, "grad of")
                      for n, t in self._torch.items() if t.grad is not None}
+        changed = {n: t for n, t in self._torch.items() if (t._version, t.data_ptr()) != self._torch_seen[n]}
+        if changed:
+            views = {n: numpy_view(type(self).__name__, n, t) for n, t in changed.items()}
+            self._torch_views.update(views)  # (the tensors' storage now: a new .data moves it)
+            self.write_params(views)  # (checked first; notes the versions)
         return loss, grads
 
     def _torch_epilogue(self, names=None) -> None:
