@@ -2,7 +2,7 @@
 
 ``clip_grad_norm(target, max_norm, norm_type=2.0)`` clips in place and returns the total norm. ``target``: a GPU
 optimizer (its device gradient slots, reduced on the GPU: :meth:`rlx_gpu.Optimizer.clip_grads`), a NumPy twin
-(its ``grads``), or a dict of NumPy arrays. NaN and overflow behave as torch's: the norm is a float32 reduction
+(its ``grads``; both: the torch tensors' ``.grad`` when built from them), or a dict of NumPy arrays. NaN and overflow behave as torch's: the norm is a float32 reduction
 (grads of 1e20 give inf and a factor of 0), and a NaN grad makes the norm and every clipped grad NaN.
 
 The optimizer option ``clip_grad_norm=max_norm`` folds the clip into the step instead: one reduction pass over
@@ -15,8 +15,9 @@ import math
 import numpy as np
 
 from .core.lowp import dtype_of
-from .core.numerics import check_max_norm, clip_coef, host_total_norm, norm_kind
+from .core.numerics import check_max_norm, clip_coef, host_clip_, host_total_norm, norm_kind
 from .engine import Optimizer
+from .reference import ReferenceOptimizer
 
 __all__ = ["clip_grad_norm", "global_grad_clip_scale", "l2_norm"]
 
@@ -37,20 +38,12 @@ def clip_grad_norm(target, max_norm, norm_type=2.0) -> float:
     """Clip the gradients of ``target`` in place to a global norm of ``max_norm``; return the total norm."""
     check_max_norm(max_norm)
     norm_kind(norm_type)
-    if isinstance(target, Optimizer):
+    if isinstance(target, (Optimizer, ReferenceOptimizer)):
         return target.clip_grads(max_norm, norm_type)
-    if getattr(target, "_torch", None):  # a twin built from torch tensors: their .grad
-        return target._torch_clip(max_norm, norm_type)
-    grads = target.grads if hasattr(target, "grads") and not isinstance(target, dict) else target
-    if not isinstance(grads, dict):
+    if not isinstance(target, dict):
         raise TypeError(f"clip_grad_norm: expected a GPU optimizer, a NumPy twin or a dict of arrays, "
                         f"got {type(target).__name__}")
-    for n, g in grads.items():
+    for n, g in target.items():
         if not isinstance(g, np.ndarray) or dtype_of(g.dtype) is None:
             raise TypeError(f"clip_grad_norm: grad {n!r} must be a float32 (or float16, bfloat16) numpy array")
-    total = host_total_norm(list(grads.values()), norm_type)
-    c = clip_coef(total, max_norm)
-    with np.errstate(invalid="ignore", over="ignore"):
-        for g in grads.values():
-            g[...] = (g.astype(np.float32) * c).astype(g.dtype)
-    return float(total)
+    return host_clip_(list(target.values()), max_norm, norm_type)

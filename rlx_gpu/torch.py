@@ -46,13 +46,7 @@ class _Wrapped(torch.optim.Optimizer):
         kwargs = {k: (_plain(v) if k in cls.spec.defaults else v) for k, v in kwargs.items()}
         hyper, opts = _options.split(cls.__name__, cls.spec.defaults, args, kwargs, gpu=True)
         super().__init__(params, {**cls.spec.defaults, **hyper})
-        groups, k = [], 0
-        for g in self.param_groups:
-            named = {}
-            for p in g["params"]:
-                named[str(k)] = p
-                k += 1
-            groups.append({"params": named, **{h: g[h] for h in cls.spec.defaults}})
+        groups = [{"params": g["params"], **{h: g[h] for h in cls.spec.defaults}} for g in self.param_groups]
         #: The rlx_gpu optimizer doing the work (its params are named "0", "1", ... as torch numbers them).
         self.engine = cls(groups, **opts)
 
@@ -69,13 +63,8 @@ class _Wrapped(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
         self._sync_hyperparameters()
-        self.engine.step()
-        return loss
+        return self.engine.step(closure=closure)  # (the closure runs with grad enabled)
 
     def state_dict(self) -> dict:
         self._sync_hyperparameters()

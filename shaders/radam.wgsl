@@ -5,13 +5,10 @@
 // Record (rlx_gpu/optim/radam.py): decay = 1-lr*wd, wd, omb1, b2, omb2, bc1 = 1-b1^t, lr, bc2_sqrt, eps, rect;
 // flags RECTIFIED, DECOUPLED, L2.
 
-fn update(r: Rec, e: u32, p: vec4<f32>, g0: vec4<f32>, s: State) -> Out {
-    var o = out(p, s);
-    var g = g0;
-    if (has(r, DECOUPLED)) { o.p = o.p * r.decay; }
-    if (has(r, L2)) { g = g + r.wd * o.p; }
-    o.s.exp_avg = lerp4(s.exp_avg, g, r.omb1);
-    o.s.exp_avg_sq = s.exp_avg_sq * r.b2 + r.omb2 * g * g;
+// #include "adam_moments.wgsl"
+
+fn update(r: Rec, e: u32, p: vec4<f32>, g: vec4<f32>, s: State) -> Out {
+    var o = adam_moments(r, p, g, s);
     let mhat = o.s.exp_avg / r.bc1;
     if (has(r, RECTIFIED)) {
         o.p = o.p + -1.0 * (mhat * r.lr * (r.bc2_sqrt / (sqrt(o.s.exp_avg_sq) + r.eps)) * r.rect);

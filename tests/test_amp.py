@@ -195,29 +195,19 @@ def test_scaler_shared_by_two_optimizers_and_its_device_scale(device):
 def test_scale_binding_feeds_backward_code_on_the_device(device):
     """A user's shader binds the scale (as a backward pass on the device would, to scale its loss gradient) and
     sees, before each step, the scale that step unscales by: torch's rule applied on the device by update()."""
-    d = device.device
     src = ("@group(0) @binding(0) var<storage, read> s: array<f32>;\n"
            "@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n"
            "@compute @workgroup_size(1) fn main() { out[0] = s[0]; }\n")
-    pipe = d.create_compute_pipeline(layout="auto", compute={"module": d.create_shader_module(code=src),
-                                                             "entry_point": "main"})
+    copy = rlx_gpu.Program(device, src, "main", label="test.scale")
     out = device.buffer(16, "test.out")
     params = make_params([(3, 4), 10], seed=60)
     gpu, twin = rlx_gpu.AdamW(params, device=device), rlx_gpu.reference.AdamW(params)
     sg = rlx_gpu.GradScaler(init_scale=8.0, growth_interval=1)
     st = rlx_gpu.GradScaler(init_scale=8.0, growth_interval=1)
-    bind = d.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=[
-        {"binding": 0, "resource": sg.scale_binding()}, {"binding": 1, "resource": {"buffer": out}}])
     rng = np.random.default_rng(61)
     seen = []
     for s in range(5):
-        enc = d.create_command_encoder()
-        p = enc.begin_compute_pass()
-        p.set_pipeline(pipe)
-        p.set_bind_group(0, bind)
-        p.dispatch_workgroups(1)
-        p.end()
-        device.submit(enc)
+        copy(1, s=sg.scale_binding(), out=out)
         seen.append(float(device.read(out, 0, 4).view(np.float32)[0]))
         g = {n: v * np.float32(st.get_scale()) for n, v in make_grads(params, rng).items()}
         if s == 2:

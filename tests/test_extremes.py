@@ -40,19 +40,8 @@ def flushes_denormals(device) -> bool:
     """Whether ``device`` flushes denormal inputs or results to zero (a probe kernel: 1e-40 * 1, 1e-20 * 1e-20)."""
     code = ("@group(0) @binding(0) var<storage, read_write> x: array<f32>;\n"
             "@compute @workgroup_size(1) fn main() { x[3] = x[0] * x[1]; x[4] = x[2] * x[2]; }")
-    d = device.device
     buf = device.buffer(32, "denormal probe", data=np.array([1e-40, 1.0, 1e-20, 7, 7, 0, 0, 0], np.float32))
-    pipe = d.create_compute_pipeline(layout="auto", compute={"module": d.create_shader_module(code=code),
-                                                             "entry_point": "main"})
-    bind = d.create_bind_group(layout=pipe.get_bind_group_layout(0),
-                               entries=[{"binding": 0, "resource": {"buffer": buf, "offset": 0, "size": 32}}])
-    enc = d.create_command_encoder()
-    cp = enc.begin_compute_pass()
-    cp.set_pipeline(pipe)
-    cp.set_bind_group(0, bind)
-    cp.dispatch_workgroups(1)
-    cp.end()
-    device.submit(enc)
+    rlx_gpu.Program(device, code, "main", label="denormal probe")(1, x=buf)
     out = device.read(buf, 0, 32).view(np.float32)
     return bool(out[3] == 0 or out[4] == 0)
 

@@ -126,8 +126,7 @@ def restore(opt, path, cast: bool = False) -> None:
         except (ValueError, TypeError, KeyError) as e:
             raise ValueError(f"{path}: {e}") from e
         opt.set_lr_scale(scale)
-        if getattr(opt, "_torch", None):
-            opt._torch_epilogue()  # built from torch tensors: they hold the restored values
+        opt._torch_epilogue()  # (built from torch tensors: they hold the restored values; else nothing)
 
 
 class Checkpointable:

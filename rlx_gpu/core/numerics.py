@@ -83,6 +83,17 @@ def host_total_norm(grads, norm_type=2.0) -> np.float32:
     return vector_norm32(norms, kind, p)
 
 
+def host_clip_(grads, max_norm, norm_type=2.0) -> float:
+    """torch's clip_grad_norm_ on host arrays, in place (each scaled in float32, stored in its dtype); the total
+    norm."""
+    total = host_total_norm(grads, norm_type)
+    c = clip_coef(total, max_norm)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for g in grads:
+            g[...] = (g.astype(F32) * c).astype(g.dtype)
+    return float(total)
+
+
 def clip_coef(total, max_norm) -> np.float32:
     """min(max_norm / (total + 1e-6), 1), in float32 as torch computes it (NaN for a NaN total, 0 for inf)."""
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 _FLOATS = ("torch.float32", "torch.float16", "torch.bfloat16")
 
 
@@ -114,7 +112,7 @@ def from_torch(owner: str, params):
 
 class TorchParams:
     """What an optimizer built from torch tensors does around a step (mixed into the GPU classes and the twins,
-    which provide ``read_params(out=)`` and ``write_params``)."""
+    which provide ``read_params(out=)`` and ``_upload_params``: ``write_params`` without the write-back)."""
 
     _torch: dict = {}
 
@@ -151,8 +149,8 @@ class TorchParams:
         changed = {n: t for n, t in self._torch.items() if (t._version, t.data_ptr()) != self._torch_seen[n]}
         if changed:
             views = {n: numpy_view(type(self).__name__, n, t) for n, t in changed.items()}
+            self._upload_params(views)  # (checked first; the step's write-back notes the versions)
             self._torch_views.update(views)  # (the tensors' storage now: a new .data moves it)
-            self.write_params(views)  # (checked first; notes the versions)
         return loss, grads
 
     def _torch_epilogue(self, names=None) -> None:
@@ -171,15 +169,9 @@ class TorchParams:
 
     def _torch_clip(self, max_norm, norm_type) -> float:
         """torch's clip_grad_norm_ on the tensors' ``.grad`` (in place, through NumPy views); the total norm."""
-        from .numerics import clip_coef, host_total_norm
-        grads = [numpy_view(type(self).__name__, n, t.grad, "grad of") for n, t in self._torch.items()
-                 if t.grad is not None]
-        total = host_total_norm(grads, norm_type)
-        c = clip_coef(total, max_norm)
-        with np.errstate(invalid="ignore", over="ignore"):
-            for g in grads:
-                g[...] = (g.astype(np.float32) * c).astype(g.dtype)
-        return float(total)
+        from .numerics import host_clip_
+        return host_clip_([numpy_view(type(self).__name__, n, t.grad, "grad of") for n, t in self._torch.items()
+                           if t.grad is not None], max_norm, norm_type)
 
     def _torch_zero_grad(self, set_to_none: bool) -> bool:
         """torch's zero_grad on the tensors' ``.grad``; False when the optimizer was not built from tensors."""

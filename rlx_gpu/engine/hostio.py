@@ -52,10 +52,13 @@ class HostIOMixin:
         """Upload several parameters (dict name -> array of the tensor's shape and dtype) in one transfer; checked
         before anything changes (``opt.params[name].write(array)`` writes one). Master copies follow, and so do
         the torch tensors an optimizer was built from."""
+        self._upload_params(params)
+        self._torch_epilogue(params)  # (built from torch tensors: they get the values too)
+
+    def _upload_params(self, params: dict) -> None:
         check_grads(type(self).__name__, params, self._shapes, call="write_params", noun="param",
                     dtypes={n: (self._dtypes[self._index[n]].np,) for n in params})
         self._write_params({self._index[n]: a for n, a in params.items()}, init_master=True)
-        self._torch_epilogue(params)  # (built from torch tensors: they get the values too)
 
     @locked
     def write_grads(self, grads: dict) -> None:

@@ -20,7 +20,7 @@ from ..core.checkpoint import Checkpointable
 from ..core.groups import (MAX_STEP, check_grads, check_state_dict, parse_params, reconcile_master, resolve_lr_scale,
                            scaled)
 from ..core.lowp import DTYPES, dtype_of, element_bits, name_hash, round_rne, round_stochastic, step_key
-from ..core.numerics import clip_coef, host_total_norm
+from ..core.numerics import check_max_norm, clip_coef, host_clip_, host_total_norm, norm_kind
 from ..core.sync import locked
 from ..core.torchio import TorchParams
 from .spec import MASTER, Spec
@@ -93,14 +93,27 @@ class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
     @locked
     def write_params(self, params: dict) -> None:
         """Overwrite several parameters (dict name -> array of the param's dtype), checked first (as the GPU
-        classes); master copies follow."""
+        classes); master copies follow, and so do the torch tensors the twin was built from."""
+        self._upload_params(params)
+        self._torch_epilogue(params)
+
+    def _upload_params(self, params: dict) -> None:
         check_grads(type(self).__name__, params, {n: p.shape for n, p in self.params.items()}, call="write_params",
                     noun="param", dtypes={n: (self.params[n].dtype,) for n in params})
         for n, a in params.items():
             self.params[n][...] = a
             if self._master(n) and n in self.state:
                 self.state[n][MASTER] = a.astype(F32)
-        self._torch_epilogue(params)
+
+    @locked
+    def clip_grads(self, max_norm, norm_type=2.0) -> float:
+        """Clip ``self.grads`` (built from torch tensors: their ``.grad``) in place to a global norm of
+        ``max_norm``, as torch's clip_grad_norm_; return the total norm (as the GPU classes)."""
+        check_max_norm(max_norm)
+        norm_kind(norm_type)
+        if self._torch:
+            return self._torch_clip(max_norm, norm_type)
+        return host_clip_(list(self.grads.values()), max_norm, norm_type)
 
     def last_grad_norm(self) -> float | None:
         """The total gradient norm the last step computed (NaN after a step skipped on inf/NaN); None when it
