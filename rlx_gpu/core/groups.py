@@ -10,7 +10,10 @@ from numbers import Real
 
 import numpy as np
 
-from .lowp import dtype_of
+from .lowp import dtype_of, round_rne
+
+#: The state name of a 16-bit parameter's float32 master copy (``master_weights=True``).
+MASTER = "master_param"
 
 # torch.optim's messages for the hyperparameters it checks; others read "Invalid <name> value: v".
 _MESSAGES = {
@@ -169,13 +172,27 @@ def reconcile_master(owner: str, sd, has_master, cast: bool):
         return sd  # check_state_dict says what is wrong
     state = {}
     for n, st in sd["state"].items():
-        if isinstance(st, dict) and "master_param" in st and not has_master(n):
+        if isinstance(st, dict) and MASTER in st and not has_master(n):
             if not cast:
                 raise ValueError(f"{owner}.load_state_dict: the state of {n!r} holds master_param, but this optimizer "
                                  f"keeps no float32 master copy of it; pass cast=True to drop it")
-            st = {k: v for k, v in st.items() if k != "master_param"}
+            st = {k: v for k, v in st.items() if k != MASTER}
         state[n] = st
     return dict(sd, state=state)
+
+
+def check_load_params(owner: str, params: dict, shapes: dict, dtypes: dict, cast: bool) -> dict:
+    """Params loaded with a state dict (``restore``): every tensor named, of its shape and dtype (``dtypes``: name
+    -> DType), or converted (round to nearest even) with ``cast``; else a ValueError that says so."""
+    if set(params) != set(shapes):
+        raise ValueError(f"{owner}: params hold {sorted(params)}, expected {sorted(shapes)}")
+    if cast:
+        params = {n: (round_rne(a, dtypes[n]) if np.asarray(a).dtype != dtypes[n].np else a) for n, a in params.items()}
+    try:
+        check_grads(owner, params, shapes, call="load", noun="param", dtypes={n: (d.np,) for n, d in dtypes.items()})
+    except TypeError as e:
+        raise ValueError(f"{e}; pass cast=True to convert") from None
+    return params
 
 
 def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tuple, defaults: dict,

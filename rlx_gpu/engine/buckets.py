@@ -38,12 +38,6 @@ class Bucket:
             self.states[name] = Arena(self.device, self.layout, f"{self.label}.{name}", dtype or self.sig.state)
         return self.states[name]
 
-    def arena(self, name: str) -> Arena | None:
-        """An arena by its binding name: param, grad, master, or a state buffer."""
-        if name in ("param", "grad", "master"):
-            return getattr(self, name)
-        return self.states.get(name)
-
     @property
     def nbytes(self) -> dict:
         out = {"params": self.param.nbytes, "grads": self.grad.nbytes,
@@ -60,7 +54,7 @@ def make_buckets(device, label: str, dtypes: list, sizes: list, options: dict, b
         sig = Signature(d, grad_dt or d, state_dt, bool(options["master_weights"] and d.low), device.native_f16)
         groups.setdefault(sig, []).append(t)
     out, base = [], 0
-    for k, (sig, ids) in enumerate(groups.items()):
+    for sig, ids in groups.items():
         b = Bucket(device, sig, ids, [sizes[t] for t in ids], block, base,
                    label if len(groups) == 1 else f"{label}.{sig.param.name}")
         base = b.layout.block_end

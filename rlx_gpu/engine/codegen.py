@@ -99,12 +99,12 @@ class Text:
         return "\n".join(self.lines) + "\n"
 
 
-def _head(record, sig, hyper_mode: str) -> tuple[Text, itertools.count]:
+def _head(record, sig) -> tuple[Text, itertools.count]:
     idx = itertools.count()
     t = Text()
     if sig is not None and sig.f16:
         t.gen("enable f16;")
-    t.gen(f"@group(0) @binding({next(idx)}) var<storage, {hyper_mode}> hyper: array<u32>;\n"
+    t.gen(f"@group(0) @binding({next(idx)}) var<storage, read_write> hyper: array<u32>;\n"
           f"@group(0) @binding({next(idx)}) var<storage, read> blocks: array<vec4<u32>>;")
     t.gen(record.wgsl())
     for f in ("ieee.wgsl", "lowp.wgsl", "engine.wgsl"):
@@ -226,7 +226,7 @@ def optimizer_text(opt, sig: Signature, present=None) -> Text:
     passes = opt.passes + opt.other_passes
     if present is None or any(p.kind == "custom" for p in passes):
         present = states
-    t, idx = _head(opt.record, sig, "read_write")
+    t, idx = _head(opt.record, sig)
     t.gen(typed_array("param", next(idx), sig.param, False, sig.native_f16))
     t.gen(typed_array("grad", next(idx), sig.grad, True, sig.native_f16))
     if sig.master:
@@ -261,7 +261,7 @@ def engine_text(shader: str, record, grad=None, native_f16: bool = False) -> Tex
     """An engine shader (the gradient-norm reduction, the checked-step gate) over an optimizer's record layout,
     with a typed read-write ``grad`` arena when ``grad`` (a dtype) is given."""
     sig = Signature(grad, grad, grad, False, native_f16) if grad is not None else None
-    t, idx = _head(record, sig, "read_write")
+    t, idx = _head(record, sig)
     if grad is not None:
         t.gen(typed_array("grad", next(idx), grad, False, native_f16))
     t.file(shader, idx)

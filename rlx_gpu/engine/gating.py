@@ -59,11 +59,10 @@ class GateMixin:
             self._tree = None
 
     def _gate_kernels(self) -> dict:
-        if "gate" not in self._engine_kernels:
+        if self._gate_k is None:
             code = engine_module("gate.wgsl", self.record)
-            self._engine_kernels["gate"] = {e: get_kernel(self.device, "gate.wgsl", code, e)
-                                            for e in ("choose", "gate_step")}
-        return self._engine_kernels["gate"]
+            self._gate_k = {e: get_kernel(self.device, "gate.wgsl", code, e) for e in ("choose", "gate_step")}
+        return self._gate_k
 
     def _gate_buffers(self):
         if not hasattr(self, "_gate"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.groups import check_grads
+from ..core.lowp import round_rne
 from ..core.sync import locked
 from ..runtime.arena import check_out
 
@@ -72,8 +73,7 @@ class HostIOMixin:
         for k, g in grads.items():
             b, i = self._where[self._index[k]]
             if g.dtype != b.sig.grad.np:  # float32 into a 16-bit slot: rounded to nearest even
-                with np.errstate(over="ignore", invalid="ignore"):
-                    g = np.asarray(g).astype(np.float32).astype(b.sig.grad.np)
+                g = round_rne(g, b.sig.grad)
             per.setdefault(id(b), (b, []))[1].append((i, g))
         for b, pairs in per.values():
             b.grad.write_many(pairs)

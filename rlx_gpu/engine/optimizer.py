@@ -89,13 +89,14 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Ch
         hyper, opts = shared.split(name, self.spec.defaults, args, kwargs, gpu=True)
         self.defaults = {**self.spec.defaults, **hyper}
         self.param_groups, arrays = parse_params(name, self._bind_torch(name, params), self.defaults)
-        for g in self.param_groups:
-            self.spec.validate(g)
+        self._validated = None
+        self._validate_groups()  # (the optimizer's own checks beyond the defaults' types; cached for the steps)
         self.device = dev = get_device(opts.pop("device"))
         self._names = list(arrays)
         self._index = {n: i for i, n in enumerate(self._names)}
         self._shapes = {n: a.shape for n, a in arrays.items()}
         self._group_of = np.array([gi for gi, g in enumerate(self.param_groups) for _ in g["params"]])
+        self._group_members = [np.flatnonzero(self._group_of == gi) for gi in range(len(self.param_groups))]
         #: Per-tensor multiplier of the group lr (``lr_scale=``), applied in the kernel's scalars.
         self.lr_scale = resolve_lr_scale(name, opts.pop("lr_scale"), self._names)
         self._scale = np.array([self.lr_scale[n] for n in self._names], np.float64)
@@ -132,7 +133,6 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Ch
         self._binds: dict = {}
         self._modules: dict = {}
         self._kernels: dict = {}
-        self._validated = None
         self._init_host_state()
         self._init_reductions()
 

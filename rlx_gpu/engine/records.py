@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Record", "GLOBAL", "ENGINE_FIELDS", "ENGINE_FLAGS"]
+__all__ = ["Record", "ENGINE_FIELDS", "ENGINE_FLAGS"]
 
 # (name, kind): "u32" words the engine writes, "f32" the optimizer's scalars; "dev" words kernels write on the device
 ENGINE_FIELDS = (("flags", "u32"), ("first_block", "u32"), ("num_blocks", "u32"), ("rkey", "u32"),
@@ -32,7 +32,7 @@ def _wgsl_name(name: str) -> str:
 class Words:
     """Named words of a record: offsets, the WGSL struct and loader, and packing from named columns."""
 
-    def __init__(self, fields, struct: str, loader: str):
+    def __init__(self, fields, struct: str, loader: str | None):
         self.fields = tuple(fields)
         self.offset = {n: i for i, (n, _) in enumerate(self.fields)}
         self.kind = dict(self.fields)
@@ -42,8 +42,10 @@ class Words:
         return len(self.fields)
 
     def wgsl(self, base: str) -> str:
-        """``const <STRUCT>_<FIELD>: u32`` offsets, ``struct``, and a loader ``fn <loader>(...) -> <struct>``."""
+        """``const <STRUCT>_<FIELD>: u32`` offsets, and (with a loader) the ``struct`` and ``fn <loader> -> <struct>``."""
         lines = [f"const {self.struct.upper()}_{_wgsl_name(n)}: u32 = {i}u;" for i, (n, _) in enumerate(self.fields)]
+        if self.loader is None:
+            return "\n".join(lines)
         members = ", ".join(f"{n}: {'u32' if k == 'u32' else 'f32'}" for n, k in self.fields)
         lines.append(f"struct {self.struct} {{ {members} }}")
         vals = ", ".join(f"hyper[b + {i}u]" if k == "u32" else f"bitcast<f32>(hyper[b + {i}u])"
@@ -69,7 +71,7 @@ class Record:
         self.bit = {n: 1 << i for i, n in enumerate(self.flag_names)}
         self.tensor = Words(ENGINE_FIELDS + tuple(typed), "Rec", "rec(t: u32)")
         self.size = max(len(self.tensor), len(GLOBAL_FIELDS))  # REC: the global record has the same stride
-        self.glob = Words(GLOBAL_FIELDS, "Glob", "glob()")
+        self.glob = Words(GLOBAL_FIELDS, "Glob", None)  # (offsets only: kernels read and write single words)
 
     def flags(self, n: int, named: dict) -> np.ndarray:
         """The flags word of ``n`` tensors from ``{flag name: bool or bool array}``."""
@@ -121,5 +123,3 @@ class Record:
         lines.append(self.glob.wgsl("glob_base()"))
         return "\n".join(lines)
 
-
-GLOBAL = Record()  # the engine-only record (shaders with no optimizer fields: the gate, the loss-scale update)

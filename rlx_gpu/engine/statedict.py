@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.groups import check_grads, check_state_dict, reconcile_master
+from ..core.groups import MASTER, check_load_params, check_state_dict, reconcile_master
 from ..core.lowp import F32
 from ..core.sync import locked
 
-MASTER = "master_param"
 
 
 class StateMixin:
@@ -66,11 +65,12 @@ class StateMixin:
         self._settle()
         sd = reconcile_master(name, sd, lambda n: n in self._index and bool(self._master[self._index[n]]), cast)
         state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes, self._state_names(),
-                                         self.defaults, self._state_shape, self._state_dtype, cast)
+                                         self.defaults, self.spec.state_shape_of, self._state_dtype, cast)
         for h in hypers:
             self.spec.check(h)
         if params is not None:
-            params = self._checked_params(params, cast)
+            params = check_load_params(type(self).__name__, params, self._shapes,
+                                       {n: self._dtypes[self._index[n]] for n in self._names}, cast)
         for st in state.values():
             for s in st:
                 if s in self.arena_states:
@@ -99,9 +99,6 @@ class StateMixin:
                 self._steps[t] = st["step"]
                 self._materialized[t] = frozenset(k for k in st if k not in ("step", MASTER))
 
-    def _state_shape(self, state: str, shape) -> tuple:
-        return tuple(shape) if state == MASTER else self.spec.state_shape(state, shape)
-
     def _upload_state(self, b, s, arena, state, groups, keep_master: bool) -> None:
         """One state arena of one bucket assembled on the host from ``state`` and uploaded in one transfer.
         Master copies a state dict does not hold stay as they are (or as the params just written set them)."""
@@ -123,22 +120,6 @@ class StateMixin:
                 continue
             b.layout.scatter(chunks, i, v)
         arena.write_all(chunks)
-
-    def _checked_params(self, params: dict, cast: bool) -> dict:
-        """``params`` (name -> array) checked for every name, shape and dtype; converted when ``cast``."""
-        name = type(self).__name__
-        if set(params) != set(self._names):
-            raise ValueError(f"{name}: params hold {sorted(params)}, expected {sorted(self._names)}")
-        want = {n: self._dtypes[self._index[n]].np for n in params}
-        if cast:
-            with np.errstate(over="ignore", invalid="ignore"):
-                params = {n: np.asarray(a).astype(np.float32).astype(want[n]) if np.asarray(a).dtype != want[n]
-                          else a for n, a in params.items()}
-        try:
-            check_grads(name, params, self._shapes, call="load", noun="param", dtypes={n: (d,) for n, d in want.items()})
-        except TypeError as e:
-            raise ValueError(f"{e}; pass cast=True to convert") from None
-        return params
 
 
 assert F32.itemsize == 4

@@ -36,20 +36,20 @@ class StepMixin(GateMixin):
         self._last_skipped = False
         self._unsettled: list = []
         self._tree = None
-        self._engine_kernels: dict = {}
+        self._gate_k = None
         if spec.eager_state:
             self._reset_state(range(n))
 
     def _ensure(self, s: str) -> None:
-        """Make state arena ``s`` in every bucket (its bind groups are rebuilt)."""
-        if s in self.arena_states and any(s not in b.states for b in self.buckets):
+        """Make state arena ``s`` in every bucket (its bind groups are rebuilt): a state buffer in the state dtype,
+        or a grad-like arena (``grad_like``: Sophia-H's estimates) in the grads' dtype."""
+        if s in self.arena_states + self.grad_like and any(s not in b.states for b in self.buckets):
             for b in self.buckets:
-                b.state(s)
+                b.state(s, b.sig.grad if s in self.grad_like else None)
             self._binds.clear()
 
     def _reset_state(self, tensors):
         """Tensors back to step 0 with only their eager state, at its initial value."""
-        self._settle()
         for s in self.spec.eager_state:
             self._ensure(s)
         for t in tensors:
@@ -87,7 +87,7 @@ class StepMixin(GateMixin):
         return self._last_skipped
 
     @locked
-    def _step(self, grads, check: bool, loss_scale=None, inv_scale: float = 1.0) -> Outcome:
+    def _step(self, grads, check: bool, loss_scale=None) -> Outcome:
         name = type(self).__name__
         self._validate_groups()
         n = len(self._names)
@@ -98,19 +98,20 @@ class StepMixin(GateMixin):
             active = np.zeros(n, bool)
             active[[self._index[k] for k in grads]] = True
         self._settle(keep=1 if check else 0)
-        out = self._encode_step(grads, active, inv_scale, check, loss_scale)
+        out = self._encode_step(grads, active, check, loss_scale)
         if loss_scale is not None:
             loss_scale.committed()
         return out
 
-    def _encode_step(self, grads, active, inv_scale, check, loss_scale) -> Outcome:
+    def _encode_step(self, grads, active, check, loss_scale) -> Outcome:
         n = len(self._names)
         enc = self.device.device.create_command_encoder()
         if grads is not None:
             self._upload_grads(enc, grads)
-        # the host state for each outcome of the unsettled step (one branch when everything is settled)
+        # the host state for each outcome of the unsettled step (one branch when everything is settled: the live
+        # state, which an unchecked step reads in place; a checked one keeps a snapshot for its skipped outcome)
         branches = [(False, self._tree[False]), (True, self._tree[True])] if self._unsettled \
-            else [(False, self._snapshot())]
+            else [(False, self._snapshot() if check else None)]
         need = {}  # state names per group this step
         for gi in set(self._group_of[active].tolist()):
             need[gi] = frozenset(self.spec.state_names(self.param_groups[gi]))
@@ -118,7 +119,8 @@ class StepMixin(GateMixin):
                 self._ensure(s)
         recs, nexts = [], []
         for _, snap in branches:
-            self._restore_snapshot(snap)
+            if snap is not None:
+                self._restore_snapshot(snap)
             fresh, mat = [frozenset()] * n, list(self._materialized)
             for t in np.flatnonzero(active):
                 f = need[self._group_of[t]] - mat[t]
@@ -126,7 +128,7 @@ class StepMixin(GateMixin):
                     fresh[t], mat[t] = f, mat[t] | f
             steps = np.minimum(self._steps + active, MAX_STEP)  # counters saturate, never wrap
             self._pending = {k: v.copy() for k, v in self._scalars.items()}
-            recs.append(self._records(active, steps, fresh, mat, inv_scale, device_scale=loss_scale is not None))
+            recs.append(self._records(active, steps, fresh, mat, device_scale=loss_scale is not None))
             scalars = {k: np.where(active, self._pending[k], v) for k, v in self._scalars.items()}
             nexts.append((steps, scalars, mat, False))
         all_active = bool(active.all())
@@ -139,7 +141,7 @@ class StepMixin(GateMixin):
             cp.end()
             self._submit(enc)
             self._tree = None
-            self._restore_snapshot(nexts[0])
+            self._steps, self._scalars, self._materialized, self._last_skipped = nexts[0]  # (all made fresh above)
             self._norm_taken = self.clip_grad_norm is not None
             return Outcome(self, False)
         # choose the records on the device, check, gate every later dispatch on the check
@@ -180,13 +182,12 @@ class StepMixin(GateMixin):
             raise RuntimeError(f"rlx_gpu: {type(self).__name__} step ({self.shader}) failed on "
                                f"{self.device.name}: {e}") from e
 
-    def _records(self, active, steps, fresh, mat, inv_scale=1.0, device_scale=False) -> np.ndarray:
+    def _records(self, active, steps, fresh, mat, device_scale=False) -> np.ndarray:
         """The hyper buffer's words for this step: n tensor records, then the global record."""
         n, rec = len(self._names), self.record
         cols, flags = {}, np.zeros(n, np.uint32)
         t_all = np.maximum(steps, 1).astype(np.float64)
-        for gi, g in enumerate(self.param_groups):
-            sel = np.flatnonzero(self._group_of == gi)
+        for g, sel in zip(self.param_groups, self._group_members):
             if not len(sel):
                 continue
             c, f = self.fill(scaled(g, self._scale[sel], self.spec.lr_keys), t_all[sel], [fresh[t] for t in sel], sel)
@@ -203,13 +204,10 @@ class StepMixin(GateMixin):
         if self._sr.any():
             words["rkey"] = step_keys(self.precision["rounding_seed"], steps, self._name_hash)
         recs = rec.pack(n, cols, flags, words)
-        glob = rec.pack_global(grad_mul=inv_scale, inv_scale=inv_scale, norm_p=2.0,
+        glob = rec.pack_global(grad_mul=1.0, inv_scale=1.0, norm_p=2.0,  # (a device loss scale sets both on the device)
                                max_norm=self.clip_grad_norm if self.clip_grad_norm is not None else 0.0,
                                device_scale=1 if device_scale else 0)
         return np.ascontiguousarray(np.concatenate([recs, glob[None]]))
-
-    def _write_records(self, active, steps, fresh):
-        self.device.queue.write_buffer(self._hyper, 0, self._records(active, steps, fresh, self._materialized))
 
     def _upload_grads(self, enc, grads):
         """Host grads in one batched upload per bucket now; DeviceTensor grads as copies recorded into ``enc``. A

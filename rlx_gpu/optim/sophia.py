@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.groups import check_grads
+from ..core.lowp import round_rne
 from ..core.sync import locked
 from ..engine import Optimizer, Pass
 from ..reference import sophia as ref
@@ -46,22 +47,21 @@ class SophiaH(Optimizer):
         Hessian EMA ``h = b2*h + (1-b2)*estimate``. Step counts do not change."""
         name = type(self).__name__
         self._settle()  # the records below need settled step counts
-        for g in self.param_groups:
-            self.spec.validate(g)
+        self._validate_groups()
         check_grads(name, estimates, self._shapes, DeviceTensor, self.device, call="update_hessian",
                     noun="estimate", dtypes=self._grad_dtypes())
-        if any("estimate" not in b.states for b in self.buckets):
-            for b in self.buckets:
-                b.state("estimate", b.sig.grad)
-            self._binds.clear()
+        self._ensure("estimate")
         self._ensure("hessian")
         active = np.zeros(len(self._names), bool)
+        per = {}  # one upload per bucket
         for n, e in estimates.items():
             t = self._index[n]
             active[t] = True
             b, i = self._where[t]
             e = e.numpy() if isinstance(e, DeviceTensor) else e
-            b.states["estimate"].write_many([(i, np.asarray(e).astype(np.float32).astype(b.sig.grad.np))])
+            per.setdefault(id(b), (b, []))[1].append((i, round_rne(e, b.sig.grad)))
+        for b, pairs in per.values():
+            b.states["estimate"].write_many(pairs)
         mat = [m | {"hessian"} if a else m for m, a in zip(self._materialized, active)]
         self._pending = {}
         self.device.queue.write_buffer(self._hyper, 0, self._records(active, self._steps,

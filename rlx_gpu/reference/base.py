@@ -17,8 +17,8 @@ import numpy as np
 
 from ..core import options as shared
 from ..core.checkpoint import Checkpointable
-from ..core.groups import (MAX_STEP, check_grads, check_state_dict, parse_params, reconcile_master, resolve_lr_scale,
-                           scaled)
+from ..core.groups import (MAX_STEP, check_grads, check_load_params, check_state_dict, parse_params,
+                           reconcile_master, resolve_lr_scale, scaled)
 from ..core.lowp import DTYPES, dtype_of, element_bits, name_hash, round_rne, round_stochastic, step_key
 from ..core.numerics import check_max_norm, clip_coef, host_clip_, host_total_norm, norm_kind
 from ..core.sync import locked
@@ -40,6 +40,7 @@ class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
         hyper, opts = shared.split(name, type(self).defaults, args, kwargs, gpu=False)
         self.defaults = {**type(self).defaults, **hyper}
         self.param_groups, self.params = parse_params(name, self._bind_torch(name, params), self.defaults)
+        self._shapes = {n: p.shape for n, p in self.params.items()}
         #: Per-tensor multiplier of the group lr (``lr_scale=``).
         self.lr_scale = resolve_lr_scale(name, opts.pop("lr_scale"), list(self.params))
         #: Global L2-norm clip applied to each step's grads (None: off).
@@ -98,7 +99,7 @@ class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
         self._torch_epilogue(params)
 
     def _upload_params(self, params: dict) -> None:
-        check_grads(type(self).__name__, params, {n: p.shape for n, p in self.params.items()}, call="write_params",
+        check_grads(type(self).__name__, params, self._shapes, call="write_params",
                     noun="param", dtypes={n: (self.params[n].dtype,) for n in params})
         for n, a in params.items():
             self.params[n][...] = a
@@ -163,7 +164,7 @@ class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
         else:
             ok = {n: (self._grad_dt[n].np, (F32 if self._grad_dt[n].low else self.params[n].dtype)) for n in grads
                   if n in self.params}
-            check_grads(name, grads, {n: p.shape for n, p in self.params.items()}, dtypes=ok)
+            check_grads(name, grads, self._shapes, dtypes=ok)
             grads = {n: np.asarray(g).astype(F32).astype(self._grad_dt[n].np) for n, g in grads.items()}  # slots
         grads = {n: np.asarray(g).astype(F32) for n, g in grads.items()}
         if check:
@@ -234,20 +235,13 @@ class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
         name = type(self).__name__
         sd = reconcile_master(name, sd, lambda n: n in self.params and self._master(n), cast)
         names = self.all_state_names + ((MASTER,) if any(self._master(n) for n in self.params) else ())
-        state, hypers = check_state_dict(name, sd, self.param_groups, {n: p.shape for n, p in self.params.items()},
+        state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes,
                                          names, self.defaults, self.state_shape_of, self._state_dtype, cast)
         for h in hypers:
             self.check(h)
         if params is not None:
-            if set(params) != set(self.params):
-                raise ValueError(f"{name}: params hold {sorted(params)}, expected {sorted(self.params)}")
-            if cast:
-                params = {n: np.asarray(a).astype(F32).astype(self.params[n].dtype) for n, a in params.items()}
-            try:
-                check_grads(name, params, {n: p.shape for n, p in self.params.items()}, call="load", noun="param",
-                            dtypes={n: (p.dtype,) for n, p in self.params.items()})
-            except TypeError as e:
-                raise ValueError(f"{e}; pass cast=True to convert") from None
+            params = check_load_params(name, params, self._shapes, {n: dtype_of(p.dtype) for n, p in self.params.items()},
+                                       cast)
             for n, a in params.items():
                 self.params[n][...] = a
         for g, h in zip(self.param_groups, hypers):

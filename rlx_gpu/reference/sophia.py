@@ -27,7 +27,7 @@ class SophiaH(ReferenceOptimizer):
             self.validate(g)
         ok = {n: (self._grad_dt[n].np, F32 if self._grad_dt[n].low else self.params[n].dtype) for n in estimates
               if n in self.params}
-        check_grads(type(self).__name__, estimates, {n: p.shape for n, p in self.params.items()},
+        check_grads(type(self).__name__, estimates, self._shapes,
                     call="update_hessian", noun="estimate", dtypes=ok)
         for n, e in estimates.items():
             e = np.asarray(e).astype(F32).astype(self._grad_dt[n].np).astype(F32)

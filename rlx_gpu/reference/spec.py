@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 
 from ..core import options as shared
-from ..core.groups import validate_group
+from ..core.groups import MASTER, validate_group
 
-MASTER = "master_param"
 
 
 class Spec:

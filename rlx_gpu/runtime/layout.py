@@ -37,7 +37,6 @@ class Layout:
         if chunk_elems < block or block % 4:
             raise ValueError(f"bad layout parameters: max binding {max_binding} B, alignment {alignment} B, "
                              f"block {block}, itemsizes {itemsizes}")
-        self.align_elems = align
         self.pieces: list[list[tuple[int, int, int, int]]] = []  # (chunk, offset, length, offset in tensor)
         used, c = [0], 0
         for n in self.sizes:
@@ -97,10 +96,6 @@ class Layout:
     @property
     def num_chunks(self) -> int:
         return len(self.chunk_elems)
-
-    @property
-    def total_blocks(self) -> int:
-        return self.block_end - self.block_base
 
     def gather(self, chunks: list, t: int, shape, dtype=np.float32) -> np.ndarray:
         """Tensor ``t`` (local index) assembled from host copies of the chunks."""

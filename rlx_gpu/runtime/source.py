@@ -14,7 +14,7 @@ import functools
 import re
 from pathlib import Path
 
-__all__ = ["shader_dir", "shader_files", "resolve", "load_source", "bindings", "entry_points", "used_bindings",
+__all__ = ["shader_dir", "resolve", "load_source", "bindings", "entry_points", "used_bindings",
            "typed_array"]
 
 _INCLUDE = re.compile(r'^[ \t]*//[ \t]*#include[ \t]+"([\w.\-]+)"[ \t]*$', re.M)
@@ -33,11 +33,6 @@ def shader_dir() -> Path:
         if cand.is_dir() and any(cand.glob("*.wgsl")):
             return cand
     raise FileNotFoundError(f"rlx_gpu: no shaders folder next to {here} (looked in rlx_gpu/shaders and shaders/)")
-
-
-def shader_files() -> list[Path]:
-    """Every shipped shader file."""
-    return sorted(shader_dir().glob("*.wgsl"))
 
 
 def resolve(path: Path, search: tuple = (), _stack: tuple = ()) -> tuple[str, list]:
