@@ -1,7 +1,7 @@
 // IEEE special values tested on the bit pattern. Shader compilers may assume floats are finite, and WGSL leaves
 // min/max/sign/clamp of a NaN to the implementation, so `x != x` and `max(x, y)` are not portable where a NaN or
 // an infinity must come out as the reference implementations give it (NumPy, torch).
-// Included by common.wgsl and clip.wgsl:  // #include "ieee.wgsl"
+// Part of every generated module (rlx_gpu/engine/codegen.py), ahead of the optimizer's own file.
 
 const EXP_BITS: u32 = 0x7f800000u;
 const ABS_BITS: u32 = 0x7fffffffu;

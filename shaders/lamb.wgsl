@@ -5,14 +5,15 @@
 //   apply   (elementwise): u from the new m, v; p -= (lr*r)*u
 // Record (rlx_gpu/optim/lamb.py): omb1, b2, omb2, bc1, bc2 (1 without bias correction), eps, wd, lr.
 
+// #include "moments.wgsl"
+
 fn direction(r: Rec, p: vec4<f32>, m: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
     return (m / r.bc1) / (sqrt(v / r.bc2) + r.eps) + r.wd * p;
 }
 
 fn moments(r: Rec, e: u32, p: vec4<f32>, g: vec4<f32>, s: State) -> Out {
     var o = out(p, s);
-    o.s.exp_avg = lerp4(s.exp_avg, g, r.omb1);
-    o.s.exp_avg_sq = s.exp_avg_sq * r.b2 + r.omb2 * g * g;
+    o.s = with_moments(r, s, g);
     // the apply pass re-reads the moments as stored (state_dtype): the norm of u is taken from those values too
     let u = direction(r, p, round_state(o.s.exp_avg), round_state(o.s.exp_avg_sq));
     o.sum_a = p * p;

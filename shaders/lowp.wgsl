@@ -4,7 +4,7 @@
 //   pack4_*      round to nearest even (bfloat16 as ml_dtypes and torch, float16 as NumPy: overflow to inf)
 //   sr4_*        stochastic rounding with 32 random bits per element (elem_bits: a hash of a per-tensor,
 //                per-step key and the element's index in the tensor)
-// Included by every kernel that stores 16-bit values:  // #include "lowp.wgsl"
+// Part of every generated module (rlx_gpu/engine/codegen.py), ahead of the optimizer's own file.
 
 fn lowbias32(x0: u32) -> u32 {
     var x = x0;

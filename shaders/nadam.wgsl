@@ -4,11 +4,12 @@
 //   with c1 = -lr*(1-mu_t)/(1-mu_product), c2 = -lr*mu_{t+1}/(1-mu_product*mu_{t+1}) from the host
 // Record (rlx_gpu/optim/nadam.py): decay = 1-lr*wd, omb1, b2, omb2, bc2 = 1-b2^t, eps, c1, c2; flag DECOUPLED.
 
+// #include "moments.wgsl"
+
 fn update(r: Rec, e: u32, p: vec4<f32>, g: vec4<f32>, s: State) -> Out {
     var o = out(p, s);
     if (has(r, DECOUPLED)) { o.p = o.p * r.decay; }
-    o.s.exp_avg = lerp4(s.exp_avg, g, r.omb1);
-    o.s.exp_avg_sq = s.exp_avg_sq * r.b2 + r.omb2 * g * g;
+    o.s = with_moments(r, s, g);
     let d = sqrt(o.s.exp_avg_sq / r.bc2) + r.eps;
     o.p = o.p + r.c1 * g / d;
     o.p = o.p + r.c2 * o.s.exp_avg / d;

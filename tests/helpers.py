@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from cases import ATOL, RTOL
 
@@ -29,3 +30,22 @@ def assert_same(gpu, twin, what=""):
         for k, v in ts[n].items():
             if k != "step":
                 _close(gs[n][k], v, f"{what} {k} of {n}")
+
+
+def snapshot(opt):
+    """Every parameter and state buffer of an optimizer as bytes (step counts as they are): equal snapshots mean
+    nothing changed, bit for bit."""
+    sd = opt.state_dict()
+    return ({n: p.tobytes() for n, p in opt.read_params().items()},
+            {n: {k: (np.asarray(v).tobytes() if k != "step" else v) for k, v in st.items()}
+             for n, st in sd["state"].items()})
+
+
+def torch_clip(grads: dict, max_norm, norm_type):
+    """torch.nn.utils.clip_grad_norm_ on copies of ``grads`` (name -> array): (total norm, clipped grads)."""
+    torch = pytest.importorskip("torch", reason="torch is the oracle here")
+    ts = [torch.tensor(g) for g in grads.values()]
+    for t in ts:
+        t.grad = t.clone()
+    total = torch.nn.utils.clip_grad_norm_(ts, max_norm, norm_type=norm_type, foreach=False)
+    return float(total), {n: t.grad.numpy() for n, t in zip(grads, ts)}

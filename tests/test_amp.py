@@ -5,14 +5,7 @@ import pytest
 
 import rlx_gpu
 from cases import CASES, case_id
-from helpers import assert_same, make_grads, make_params
-
-
-def snapshot(opt):
-    sd = opt.state_dict()
-    return ({n: p.tobytes() for n, p in opt.read_params().items()},
-            {n: {k: (np.asarray(v).tobytes() if k != "step" else v) for k, v in st.items()}
-             for n, st in sd["state"].items()})
+from helpers import assert_same, make_grads, make_params, snapshot
 
 
 @pytest.mark.gpu

@@ -27,7 +27,7 @@ def test_version_no_command_and_unknown_command():
     r = cli("--version")
     assert r.returncode == 0 and r.stdout.startswith(f"rlx-gpu {rlx_gpu.__version__} (wgpu-py ")
     r = cli()
-    assert r.returncode == 2 and "commands:" in r.stderr
+    assert r.returncode == 2 and "usage: rlx-gpu" in r.stderr and "commands:" in r.stderr
     r = cli("nosuchcommand")
     assert r.returncode == 2 and "unknown command 'nosuchcommand'" in r.stderr
 

@@ -7,19 +7,10 @@ import pytest
 
 import rlx_gpu
 from cases import CASES, case_id
-from helpers import assert_same, make_grads, make_params
+from helpers import assert_same, make_grads, make_params, torch_clip
 
 NORMS = [2.0, 1.0, math.inf, 3.0]
 SIZES = [(7, 9), 300, 1, 2049]
-
-
-def torch_clip(grads, max_norm, norm_type):
-    torch = pytest.importorskip("torch", reason="torch is the oracle here")
-    ts = [torch.tensor(g) for g in grads.values()]
-    for t in ts:
-        t.grad = t.clone()
-    total = torch.nn.utils.clip_grad_norm_(ts, max_norm, norm_type=norm_type, foreach=False)
-    return float(total), {n: t.grad.numpy() for n, t in zip(grads, ts)}
 
 
 @pytest.mark.gpu

@@ -18,6 +18,7 @@ import pytest
 
 import rlx_gpu
 from cases import ATOL, RTOL, TABLE, case_id
+from helpers import torch_clip
 
 FTZ_ATOL = 1e-30
 
@@ -166,15 +167,6 @@ CLIP_CASES = [
 ]
 
 
-def torch_clip(grads, max_norm, norm_type):
-    torch = pytest.importorskip("torch", reason="torch is the oracle here")
-    ts = [torch.tensor(g) for g in grads]
-    for t in ts:
-        t.grad = t.clone()
-    total = torch.nn.utils.clip_grad_norm_(ts, max_norm, norm_type=norm_type, foreach=False)
-    return float(total), [t.grad.numpy() for t in ts]
-
-
 def same_float(a, b):
     return (math.isnan(a) and math.isnan(b)) or a == b or a == pytest.approx(b, rel=2e-6)
 
@@ -183,9 +175,8 @@ def same_float(a, b):
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf, 3.0])
 @pytest.mark.parametrize("case,values", CLIP_CASES, ids=[c[0] for c in CLIP_CASES])
 def test_clip_with_nan_and_overflow_matches_torch(case, values, norm_type, device):
-    grads = [np.array(v, np.float32) for v in values]
-    want_total, want = torch_clip(grads, 1.0, norm_type)
-    named = {f"g{i}": g for i, g in enumerate(grads)}
+    named = {f"g{i}": np.array(v, np.float32) for i, v in enumerate(values)}
+    want_total, want = torch_clip(named, 1.0, norm_type)
     host = {n: g.copy() for n, g in named.items()}
     opt = rlx_gpu.SGD({n: np.zeros_like(g) for n, g in named.items()}, device=device)
     for n, g in named.items():
@@ -193,9 +184,9 @@ def test_clip_with_nan_and_overflow_matches_torch(case, values, norm_type, devic
     for who, total, out in (("host", rlx_gpu.clip_grad_norm(host, 1.0, norm_type), host),
                             ("gpu", rlx_gpu.clip_grad_norm(opt, 1.0, norm_type), None)):
         assert same_float(total, want_total), f"{who}: total {total}, torch {want_total}"
-        for i, n in enumerate(named):
+        for n in named:
             got = out[n] if out is not None else opt.grads[n].numpy()
-            assert_ieee_close(got, want[i], f"{who} clipped grad {n}")
+            assert_ieee_close(got, want[n], f"{who} clipped grad {n}")
 
 
 @pytest.mark.gpu

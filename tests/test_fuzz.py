@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rlx_gpu
+from helpers import snapshot
 
 pytestmark = pytest.mark.gpu
 # CI runs 120 examples per test from a fixed seed; RLX_GPU_FUZZ_EXAMPLES=5000 (and a random seed) for a long run
@@ -36,10 +37,8 @@ def setup(tmp_path_factory, device):
 
 
 def fingerprint(opt):
-    sd = opt.state_dict()
-    return ({n: a.tobytes() for n, a in opt.read_params().items()}, json.dumps(sd["param_groups"], default=str),
-            {n: {k: np.asarray(v).tobytes() for k, v in s.items()} for n, s in sd["state"].items()},
-            dict(opt.lr_scale))
+    """helpers.snapshot, and the hyperparameters and lr_scale a failed load might have changed."""
+    return snapshot(opt), json.dumps(opt.state_dict()["param_groups"], default=str), dict(opt.lr_scale)
 
 
 def attempt(opt, path, before):

@@ -1,6 +1,7 @@
 """The package's shape: no import circles (imports inside functions count; only ``if TYPE_CHECKING:`` blocks are
 exempt), layers that import only downwards, and short modules."""
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,7 @@ def imports(path: Path, mod: str) -> set:
 MODULES = set()
 
 
+@functools.cache
 def graph() -> dict:
     mods = {module_name(p): p for p in PKG.rglob("*.py")}
     MODULES.update(mods)

@@ -85,6 +85,12 @@ class Typed:
             f"{self.out} of {self.total} elements beyond the bound ({self.ulps} ulps; worst: {self.worst})"
 
 
+def checker(device, name) -> Typed:
+    """The comparison the tolerances above give optimizer ``name`` on ``device``."""
+    return Typed(exact(device) and name not in REDUCING, ULPS.get(name, ULPS_DEFAULT),
+                 0.0 if exact(device) or name not in DIVERGING else DIVERGED)
+
+
 def assert_close_typed(got, want, msg, bitwise, ulps=ULPS_DEFAULT):
     check = Typed(bitwise, ulps)
     check(got, want, msg)
@@ -124,8 +130,7 @@ def test_gpu_matches_twin(gpu_cls, twin_cls, opts, dtype, master, state, device)
     gpu, twin = gpu_cls(params, **kw, device=device), twin_cls(params, **kw)
     run(gpu, twin, params, dtype, sophia=gpu_cls is rlx_gpu.SophiaH)
     name = gpu_cls.__name__
-    check = Typed(exact(device) and name not in REDUCING, ULPS.get(name, ULPS_DEFAULT),
-                  0.0 if exact(device) or name not in DIVERGING else DIVERGED)
+    check = checker(device, name)
     for n in params:
         check(gpu.params[n].numpy(), twin.params[n], f"{gpu_cls.__name__} param {n}")
     gs, ts = gpu.state_dict()["state"], twin.state_dict()["state"]
@@ -148,8 +153,7 @@ def test_stochastic_rounding_matches_twin(cls_name, dtype, device):
     gpu = getattr(rlx_gpu, cls_name)(params, **kw, device=device)
     twin = getattr(rlx_gpu.reference, cls_name)(params, **kw)
     run(gpu, twin, params, dtype)
-    check = Typed(exact(device) and cls_name not in REDUCING, ULPS.get(cls_name, ULPS_DEFAULT),
-                  0.0 if exact(device) or cls_name not in DIVERGING else DIVERGED)
+    check = checker(device, cls_name)
     for n in params:
         check(gpu.params[n].numpy(), twin.params[n], f"SR {cls_name} {n}")
     check.done()

@@ -13,7 +13,7 @@ from ..runtime.device import get_device
 from .baselines import (first_step_latency, host_path, host_rows, numpy_ms, torch_copy_figures, torch_cuda,
                         torch_step_ms)
 from .shapes import OPTIMIZERS, PRECISIONS, min_bytes, param_set, scale_shapes
-from .timing import Timer, copy_bandwidth, steps_for
+from .timing import Timer, copy_bandwidth
 
 
 def default_budget(dev) -> float:
@@ -109,8 +109,7 @@ def _row(rlx_gpu, dev, timer, torch, args, oname, precision, sname, base, budget
             scaler.update()
     for _ in range(3):
         step()
-    t, _ = timer.measure(step, 2, 1)
-    t, wall = timer.measure(step, steps_for(t), args.repeats)
+    t, wall = timer.calibrated(step, args.repeats, probe=2)
     moved = min_bytes(oname, precision, shapes)
     row = {"optimizer": oname, "dtype": precision, "param_set": sname, "numel": numel, "tensors": len(shapes),
            "scaled": None if scale >= 1 else scale, "ms_per_step": t * 1e3, "wall_ms_per_step": wall * 1e3,
@@ -152,8 +151,7 @@ def tune(dev, timer, args, say) -> list:
         opt = cls(params, device=dev)
         opt.grads["w"].write(np.full(n, 1e-3, np.float32))
         opt.step()
-        t, _ = timer.measure(opt.step, 2, 1)
-        t, _ = timer.measure(opt.step, steps_for(t), args.repeats)
+        t, _ = timer.calibrated(opt.step, args.repeats, probe=2)
         out.append({"wg": wg, "ept": ept, "ms_per_step": t * 1e3, "gbps": 28 * n / t / 1e9})
         say(f"tune adamw wg {wg} ept {ept}: {t * 1e3:.3f} ms, {28 * n / t / 1e9:.1f} GB/s")
         del opt

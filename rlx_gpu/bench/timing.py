@@ -58,6 +58,12 @@ class Timer:
         return median(gpu_t or wall_t), median(wall_t)
 
 
+    def calibrated(self, fn, repeats: int, probe: int = 3) -> tuple[float, float]:
+        """:meth:`measure` with as many calls per run as fill about 50 ms (from a first run of ``probe`` calls)."""
+        t, _ = self.measure(fn, probe, 1)
+        return self.measure(fn, steps_for(t), repeats)
+
+
 def steps_for(seconds_per_step: float, target: float = 0.05) -> int:
     return int(min(200, max(3, target / max(seconds_per_step, 1e-6))))
 
@@ -74,8 +80,7 @@ def copy_bandwidth(dev, timer, nbytes: int, repeats: int) -> dict:
         dev.submit(enc)
 
     buffer_copy()
-    t, _ = timer.measure(buffer_copy, 3, 1)
-    t, _ = timer.measure(buffer_copy, steps_for(t), repeats)
+    t, _ = timer.calibrated(buffer_copy, repeats)
     out["buffer_copy"] = 2 * nbytes / t / 1e9
     for wg, ept in COPY_VARIANTS:
         if wg > dev.limits["max-compute-invocations-per-workgroup"]:
@@ -90,8 +95,7 @@ def copy_bandwidth(dev, timer, nbytes: int, repeats: int) -> dict:
             dev.submit(enc)
 
         kern()
-        t, _ = timer.measure(kern, 3, 1)
-        t, _ = timer.measure(kern, steps_for(t), repeats)
+        t, _ = timer.calibrated(kern, repeats)
         out[f"wgsl_copy_wg{wg}_ept{ept}"] = 2 * nbytes / t / 1e9
     a.destroy()
     b.destroy()
