@@ -85,6 +85,10 @@ def shipped() -> list:
         for label, pd, gd, sd, master, native in SIGNATURES:
             t = optimizer_text(cls, Signature(pd, gd, sd, master, native))
             out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label})"))
+        for bits in (8, 4) if cls.spec.quantizable else ():  # block-quantized states (state_bits)
+            for label, pd, gd, sd, master, native in SIGNATURES[:2]:
+                t = optimizer_text(cls, Signature(pd, gd, sd, master, native, bits))
+                out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label}, {bits}-bit)"))
         # and as a bucket usually is: only the state buffers a default group makes (the others left out)
         present = tuple(s for s in cls.spec.state_names(dict(cls.spec.defaults)) if s in cls.arena_states)
         if present != tuple(cls.arena_states):

@@ -9,7 +9,8 @@ metadata, so every ``str`` a tensor may be named (``"a"`` and ``"a.npy"``, NUL, 
                            (the precision options: master_weights, stochastic_rounding, rounding_seed, state_dtype,
                            grad_dtype, and clip_grad_norm, skip_nonfinite), ``param_groups``
     ``param/<i>``          parameter i: float32, or the uint16 bit patterns of a float16/bfloat16 one
-    ``state/<i>/<state>``  a state buffer of tensor i, stored the same way (0-d for per-tensor scalars)
+    ``state/<i>/<state>``  a state buffer of tensor i, stored the same way (0-d for per-tensor scalars); quantized
+                           states (``state_bits``) as ``<state>_codes`` (uint8), ``_absmax`` and ``_qmap``
 Versions 1 and 2 (float32 only; version 1 named members by tensor) still load. Written to a temporary file and
 renamed, so a crash mid-save leaves the old file. Reading checks every size, dtype and shape against the metadata
 before it allocates anything; any problem with the file is a ``ValueError`` naming it, and nothing changes.
@@ -27,7 +28,7 @@ from .groups import resolve_lr_scale
 from .lowp import as_bits, dtype_of
 
 SAVED_OPTIONS = ("clip_grad_norm", "skip_nonfinite", "master_weights", "stochastic_rounding", "rounding_seed",
-                 "state_dtype", "grad_dtype")
+                 "state_dtype", "state_bits", "min_quantized_size", "grad_dtype")
 
 
 def _jsonable(v):
@@ -53,7 +54,7 @@ def save(opt, path) -> None:
         for k, v in st.items():
             if k != "step":
                 v = np.asarray(v)
-                state[i][k] = dtype_of(v.dtype).name
+                state[i][k] = "uint8" if v.dtype == np.uint8 else dtype_of(v.dtype).name  # (quantized codes)
                 arrays[f"state/{i}/{k}"] = np.array(as_bits(v), order="C")
     meta = {"format": FORMAT, "version": VERSION, "class": type(opt).__name__, "names": names,
             "shapes": [list(params[n].shape) for n in names], "dtypes": [dtype_of(params[n].dtype).name for n in names],

@@ -55,7 +55,10 @@ def _member(z: zipfile.ZipFile, name: str, dtype, shape=None, max_bytes=None) ->
 
 
 def _typed(z, name: str, dtype_name, shape=None, max_bytes=None) -> np.ndarray:
-    """A member stored as its dtype's bits (uint16 for the 16-bit dtypes), viewed as that dtype."""
+    """A member stored as its dtype's bits (uint16 for the 16-bit dtypes), viewed as that dtype; "uint8" members
+    are quantized states' codes (:mod:`rlx_gpu.core.quant`)."""
+    if dtype_name == "uint8":
+        return _member(z, name, np.uint8, shape, max_bytes)
     d = DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
     if d is None:
         raise _Bad(f"member {name!r}: unknown dtype {dtype_name!r} in the metadata")
@@ -139,7 +142,8 @@ def _check_meta(meta: dict) -> None:
         st, ks = meta["steps"][i], meta["state"][i]
         if st is not None and as_step(st) is None:
             raise _Bad(f"the step of {n!r} is {st!r}, expected an int in [0, {MAX_STEP}]")
-        if not isinstance(ks, dict) or not all(isinstance(k, str) and v in DTYPES for k, v in ks.items()) \
+        if not isinstance(ks, dict) or not all(isinstance(k, str) and (v in DTYPES or v == "uint8")
+                                               for k, v in ks.items()) \
                 or (ks and st is None):
             raise _Bad(f"the state of {n!r} is not an object of state names and dtypes")
         if meta["dtypes"][i] not in DTYPES:

@@ -5,7 +5,8 @@ argument parsing and the "Options" part of its docstring come from here, for the
 
     AdamW(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, amsgrad=False, maximize=False, *,
           lr_scale=None, clip_grad_norm=None, skip_nonfinite=False, master_weights=False, stochastic_rounding=False,
-          rounding_seed=0, state_dtype='float32', grad_dtype=None, device=None)
+          rounding_seed=0, state_dtype='float32', state_bits=None, min_quantized_size=4096, grad_dtype=None,
+          device=None)
 """
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ OPTIONS = (
            "tensor's step count, its name, the element's index): reproducible on any adapter."),
     Option("state_dtype", "float32", "dtype of the state buffers (moments): 'float32', 'bfloat16' or 'float16'; "
            "arithmetic stays float32, stores round to nearest even."),
+    Option("state_bits", None, "block-quantized state buffers: None (off), 8 (bitsandbytes' dynamic maps, blocks of "
+           "256) or 4 (torchao's 4-bit maps, blocks of 128), on Adam, AdamW, Lion, SGD and RMSprop (README: Memory)."),
+    Option("min_quantized_size", 4096, "tensors with fewer elements keep unquantized states under state_bits "
+           "(bitsandbytes' rule)."),
     Option("grad_dtype", None, "dtype of the gradient slots: None (each parameter's dtype) or 'float32'."),
     Option("device", None, "adapter selector (see ``rlx_gpu.get_device``): a backend, 'cpu', 'gpu' or part of an "
            "adapter's name; default ``RLX_GPU_ADAPTER`` or the best adapter.", gpu_only=True),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ..core.lowp import F32
 from ..runtime.source import resolve, shader_dir, typed_array
+from .qcodegen import param_grad_loads, q_bindings, q_elementwise, q_helpers
 
 __all__ = ["Pass", "Signature", "Text", "optimizer_module", "engine_module", "optimizer_text", "engine_text"]
 
@@ -67,6 +68,7 @@ class Signature:
     state: object
     master: bool
     native_f16: bool
+    qbits: int = 0  # block-quantized states (8 or 4 bits per code; 0: none)
 
     @property
     def f16(self) -> bool:
@@ -146,12 +148,8 @@ def _elementwise(p: Pass, present) -> str:
           "        let keep = tail(i, blk.z);",
           "        let zero = vec4<f32>(0.0);",
           "        let e = elem0(blk, r, i);"]
-    if p.param:
-        L.append("        let p0 = load_p(i, r);")
-    gv = "zero"
-    if p.grad:
-        L += [f"        var g = select(ld_{p.grad}(i) * gm, zero, keep);", "        if (neg) { g = -g; }"]
-        gv = "g"
+    lines, gv = param_grad_loads(p, "        ")
+    L += lines
     L.append("        var s0: State;")
     for s in reads:
         L.append(f"        if (has(r, HAS_{s.upper()})) {{ s0.{s} = ld_{s}(i); }}")
@@ -231,9 +229,12 @@ def optimizer_text(opt, sig: Signature, present=None) -> Text:
     t.gen(typed_array("grad", next(idx), sig.grad, True, sig.native_f16))
     if sig.master:
         t.gen(typed_array("master", next(idx), F32, False, sig.native_f16))
+    quantized = opt.spec.quantizable if sig.qbits else {}
     for s in states:
-        if s in present:
+        if s in present and s not in quantized:
             t.gen(typed_array(s, next(idx), sig.state, False, sig.native_f16))
+    if quantized:
+        t.gen(q_bindings([s for s in states if s in quantized], present, idx, sig.qbits))
     for name in opt.grad_like:  # further arenas laid out as the grads (Sophia-H's Hessian estimates)
         t.gen(typed_array(name, next(idx), sig.grad, True, sig.native_f16))
     if any(p.reduce or p.kind == "per_tensor" for p in passes):
@@ -245,9 +246,11 @@ def optimizer_text(opt, sig: Signature, present=None) -> Text:
     t.gen(_param_helpers(sig.master, sig.param.low))
     t.gen(_round_state(sig))
     t.file(opt.shader, idx)
+    if quantized:
+        t.gen(q_helpers(states, present, quantized, sig.qbits))
     for p in passes:
         if p.kind == "elementwise":
-            t.gen(_elementwise(p, present))
+            t.gen(q_elementwise(p, present, quantized, sig.qbits) if quantized else _elementwise(p, present))
         elif p.kind == "per_tensor":
             t.gen(_per_tensor(p))
     return t

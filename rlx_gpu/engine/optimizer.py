@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from ..core import options as shared
+from ..core.quant import check_state_bits
 from ..core.checkpoint import Checkpointable
 from ..core.groups import parse_params, resolve_lr_scale
 from ..core.lowp import dtype_of, name_hash
@@ -77,7 +78,7 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Ch
 
     @classmethod
     def state_shape_of(cls, state: str, shape) -> tuple:
-        return cls.spec.state_shape(state, shape)
+        return cls.spec.state_shape_of(state, shape)
 
     # -- construction --------------------------------------------------------------------------------------
     def __init__(self, params, *args, **kwargs):
@@ -87,6 +88,7 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Ch
         #: Serialises this optimizer's calls (re-entrant); hold it to make several calls atomic.
         self.lock = threading.RLock()
         hyper, opts = shared.split(name, self.spec.defaults, args, kwargs, gpu=True)
+        check_state_bits(name, self.spec.quantizable, opts)
         self.defaults = {**self.spec.defaults, **hyper}
         self.param_groups, arrays = parse_params(name, self._bind_torch(name, params), self.defaults)
         self._validated = None
@@ -109,7 +111,7 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Ch
         dts = [dtype_of(a.dtype) for a in arrays.values()]
         self._dtypes = dts
         self.buckets = make_buckets(dev, name, dts, [a.size for a in arrays.values()], self.precision,
-                                    self.WG * self.EPT * 4)
+                                    self.WG * self.EPT * 4, self.spec.quantizable)
         self._where = [None] * len(self._names)
         for b in self.buckets:
             for t in b.ids:
@@ -169,7 +171,8 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Ch
             out["master"] = bucket.master.buffers[chunk]
         for s in self.arena_states + self.grad_like:
             a = bucket.states.get(s)
-            out[s] = a.buffers[chunk] if a is not None else self._dummy(s)
+            key = s + "_q" if s in bucket.quantizable else s  # (a quantized state: codes and absmax)
+            out[key] = a.buffers[chunk] if a is not None else self._dummy(s)
         if self._partials is not None:
             out["partials"] = self._partials
         out.update(self._extra_buffers(bucket, chunk))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core import quant
 from ..core.groups import MASTER, check_load_params, check_state_dict, reconcile_master
 from ..core.lowp import F32
 from ..core.sync import locked
@@ -23,13 +24,18 @@ class StateMixin:
             return self._where[self._index[name]][0].sig.state.np
         return np.dtype(np.float32)  # master copies, per-tensor scalars, factored moments
 
+    def _qbits_of(self, name: str) -> int:
+        """0, 8 or 4: the bits of tensor ``name``'s quantized states (``state_bits``)."""
+        return self._where[self._index[name]][0].sig.qbits if name in self._index else 0
+
     def _state_names(self) -> tuple:
         return tuple(self.spec.all_state_names) + ((MASTER,) if self._master.any() else ())
 
     @locked
-    def state_dict(self) -> dict:
+    def state_dict(self, dequantize: bool = False) -> dict:
         """``{"state": {name: {"step", <state buffers>}}, "param_groups": [...]}`` with NumPy arrays (each state
-        buffer in its own dtype; ``master_param`` with master weights)."""
+        buffer in its own dtype; ``master_param`` with master weights). A quantized state ``s`` (``state_bits``) is
+        ``s_codes``, ``s_absmax`` and ``s_qmap``, or with ``dequantize`` a float32 ``s``."""
         self._settle()
         host = {}
         for b in self.buckets:
@@ -44,7 +50,13 @@ class StateMixin:
             b, i = self._where[t]
             st = {"step": int(self._steps[t])}
             for s in self.spec.all_state_names:
-                if s in self._materialized[t] and s in self.arena_states:
+                if s in self._materialized[t] and s in b.quantizable:
+                    codes, absmax = b.states[s].gather(host[(id(b), s)], i)
+                    bits, signed = b.sig.qbits, self.spec.quantizable[s]
+                    codes = codes.reshape(self._shapes[n])
+                    st.update({s: quant.dequantize(codes, absmax, bits, signed)} if dequantize
+                              else quant.entries(s, codes, absmax, bits, signed))
+                elif s in self._materialized[t] and s in self.arena_states:
                     st[s] = b.layout.gather(host[(id(b), s)], i, self._shapes[n], b.sig.state.np)
                 elif s in self._materialized[t] and s in self._scalars:
                     st[s] = np.array(self._scalars[s][t], np.float32)
@@ -63,15 +75,17 @@ class StateMixin:
         ``params``: parameters to write in the same checked step (what ``restore`` passes)."""
         name = type(self).__name__
         self._settle()
+        sd, qstate = quant.split_state(name, sd, self.spec.quantizable, self._qbits_of, self._shapes)
         sd = reconcile_master(name, sd, lambda n: n in self._index and bool(self._master[self._index[n]]), cast)
         state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes, self._state_names(),
                                          self.defaults, self.spec.state_shape_of, self._state_dtype, cast)
         for h in hypers:
             self.spec.check(h)
+        qstate = quant.join_state(state, qstate, self.spec.quantizable, self._qbits_of)
         if params is not None:
             params = check_load_params(type(self).__name__, params, self._shapes,
                                        {n: self._dtypes[self._index[n]] for n in self._names}, cast)
-        for st in state.values():
+        for st in list(state.values()) + list(qstate.values()):
             for s in st:
                 if s in self.arena_states:
                     self._ensure(s)
@@ -83,7 +97,10 @@ class StateMixin:
             if b.master is not None:
                 arenas[MASTER] = b.master
             for s, arena in arenas.items():
-                self._upload_state(b, s, arena, state, groups, keep_master=params is None)
+                if s in b.quantizable:
+                    arena.write_many(self._qtriples(b, s, qstate))
+                else:
+                    self._upload_state(b, s, arena, state, groups, keep_master=params is None)
         for g, h in zip(self.param_groups, hypers):
             g.update(h)
         self._norm_taken = False
@@ -97,7 +114,18 @@ class StateMixin:
                 self._materialized[t] = frozenset(self.spec.eager_state)
             else:
                 self._steps[t] = st["step"]
-                self._materialized[t] = frozenset(k for k in st if k not in ("step", MASTER))
+                self._materialized[t] = frozenset(k for k in st if k not in ("step", MASTER)) | set(qstate.get(n, ()))
+
+    def _qtriples(self, b, s, qstate) -> list:
+        """(local index, codes, absmax) of every tensor of bucket ``b`` for quantized state ``s``: the state dict's,
+        else a zero state."""
+        out = []
+        for t, i in b.local.items():
+            got = qstate.get(self._names[t], {}).get(s)
+            n = b.layout.sizes[i]
+            out.append((i, *(got if got is not None else (np.zeros(n, np.uint8),
+                                                           np.zeros(quant.num_blocks(n, b.sig.qbits), np.float32)))))
+        return out
 
     def _upload_state(self, b, s, arena, state, groups, keep_master: bool) -> None:
         """One state arena of one bucket assembled on the host from ``state`` and uploaded in one transfer.

@@ -21,14 +21,17 @@ from ..core.groups import (MAX_STEP, check_grads, check_load_params, check_state
                            reconcile_master, resolve_lr_scale, scaled)
 from ..core.lowp import DTYPES, dtype_of, element_bits, name_hash, round_rne, round_stochastic, step_key
 from ..core.numerics import check_max_norm, clip_coef, host_clip_, host_total_norm, norm_kind
+from ..core.quant import check_state_bits, join_state, split_state
+from ..core.quant import entries as quant_entries
 from ..core.sync import locked
 from ..core.torchio import TorchParams
+from .quantized import QuantizedTwin
 from .spec import MASTER, Spec
 
 F32 = np.float32
 
 
-class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
+class ReferenceOptimizer(QuantizedTwin, Spec, TorchParams, Checkpointable):
     """The NumPy twin of a GPU optimizer (subclasses give ``defaults``, state names and ``_update``)."""
 
     # -- the twin ----------------------------------------------------------------------------
@@ -38,6 +41,7 @@ class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
         self.lock = threading.RLock()
         self._last_norm = None
         hyper, opts = shared.split(name, type(self).defaults, args, kwargs, gpu=False)
+        check_state_bits(name, self.quantizable, opts)
         self.defaults = {**type(self).defaults, **hyper}
         self.param_groups, self.params = parse_params(name, self._bind_torch(name, params), self.defaults)
         self._shapes = {n: p.shape for n, p in self.params.items()}
@@ -185,8 +189,11 @@ class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
             st = self.state.setdefault(n, {"step": 0})
             fresh = set()
             for s in self.state_names(group):
-                if s not in st:
-                    st[s] = self._new_state(s, self.params[n].shape, group)
+                if not self._holds(st, s):
+                    if s in self.quantizable and self._qbits(n):
+                        self._new_qstate(n, s, st)
+                    else:
+                        st[s] = self._new_state(s, self.params[n].shape, group)
                     fresh.add(s)
             if self._master(n) and MASTER not in st:
                 st[MASTER] = self.params[n].astype(F32)
@@ -197,6 +204,9 @@ class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
     def _apply(self, n, g, st, group, fresh) -> None:
         """``_update`` on float32 working copies of the param and states, then the stores in their dtypes."""
         p = self.params[n]
+        if self._qbits(n):
+            self._apply_quantized(n, g, st, group, fresh, self._qbits(n))
+            return
         if p.dtype == F32 and self._state_dt.name == "float32":
             self._update(p, g, st, group, fresh)  # all float32: in place
             return
@@ -226,19 +236,23 @@ class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
         raise NotImplementedError
 
     @locked
-    def state_dict(self) -> dict:
-        return {"state": copy.deepcopy(self.state),
+    def state_dict(self, dequantize: bool = False) -> dict:
+        """A deep copy of the state (``dequantize``: quantized states as float32 arrays of their names)."""
+        state = self._dequantized(self.state) if dequantize else self.state
+        return {"state": copy.deepcopy(state),
                 "param_groups": [dict(copy.deepcopy(g), params=list(g["params"])) for g in self.param_groups]}
 
     @locked
     def load_state_dict(self, sd: dict, cast: bool = False, params: dict | None = None) -> None:
         name = type(self).__name__
+        sd, qstate = split_state(name, sd, self.quantizable, self._qbits_of, self._shapes)
         sd = reconcile_master(name, sd, lambda n: n in self.params and self._master(n), cast)
         names = self.all_state_names + ((MASTER,) if any(self._master(n) for n in self.params) else ())
         state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes,
                                          names, self.defaults, self.state_shape_of, self._state_dtype, cast)
         for h in hypers:
             self.check(h)
+        qstate = join_state(state, qstate, self.quantizable, self._qbits_of)
         if params is not None:
             params = check_load_params(name, params, self._shapes, {n: dtype_of(p.dtype) for n, p in self.params.items()},
                                        cast)
@@ -249,6 +263,9 @@ class ReferenceOptimizer(Spec, TorchParams, Checkpointable):
         self._last_norm = None
         self.state = {n: {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in st.items()}
                       for n, st in state.items()}
+        for n, qs in qstate.items():
+            for s, (codes, absmax) in qs.items():
+                self.state[n].update(quant_entries(s, codes, absmax, self._qbits(n), self.quantizable[s]))
         for n, st in self.state.items():  # a master copy the state dict lacks: the parameter's value
             if self._master(n) and MASTER not in st:
                 st[MASTER] = self.params[n].astype(F32)

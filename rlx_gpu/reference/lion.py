@@ -13,7 +13,7 @@ class Lion(ReferenceOptimizer):
     """EvoLved Sign Momentum (Lion)."""
     defaults = dict(lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0)
     all_state_names = ("exp_avg",)
-
+    quantizable = {"exp_avg": True}
 
     def _update(self, p, g, st, group, fresh):
         lr, (b1, b2), wd = group["lr"], group["betas"], group["weight_decay"]

@@ -13,7 +13,7 @@ class SGD(ReferenceOptimizer):
     """Stochastic gradient descent with optional (Nesterov) momentum, as torch.optim.SGD."""
     defaults = dict(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False)
     all_state_names = ("momentum_buffer",)
-
+    quantizable = {"momentum_buffer": True}
 
     @classmethod
     def check(cls, group):

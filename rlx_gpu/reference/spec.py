@@ -28,6 +28,9 @@ class Spec:
     #: Keys torch.optim's class of the same algorithm keeps in its groups with a fixed value here (NAdamW is
     #: ``torch.optim.NAdam(decoupled_weight_decay=True)``): written into and checked in converted state dicts.
     torch_group_keys: dict = {}
+    #: The states block quantization (``state_bits``) applies to, and whether each is signed (first moments,
+    #: momenta) or not (second moments).
+    quantizable: dict = {}
     on_device = False
     _classes: dict = {}
 
@@ -77,7 +80,12 @@ class Spec:
         return dict(cls.defaults)
 
     @classmethod
-    def state_shape_of(cls, state: str, shape) -> tuple:
+    def state_shape_of(cls, state: str, shape):
+        """The shape of ``state``; None for a quantized state's absmax and map (checked when loaded: they depend
+        on the bits)."""
+        base, _, part = state.rpartition("_")
+        if base in cls.quantizable and part in ("codes", "absmax", "qmap"):
+            return tuple(shape) if part == "codes" else None
         return tuple(shape) if state == MASTER else cls.state_shape(state, shape)
 
 

@@ -27,11 +27,12 @@ class Layout:
     """Placement of tensors ``ids`` (global tensor indices) with element counts ``sizes``."""
 
     def __init__(self, sizes, *, ids=None, alignment: int, max_binding: int, itemsizes=(4,), block: int,
-                 block_base: int = 0):
+                 block_base: int = 0, elem_align: int = 4):
         self.sizes = [int(n) for n in sizes]
         self.ids = list(range(len(self.sizes))) if ids is None else [int(i) for i in ids]
         self.block = block
-        align = max(4, alignment // min(itemsizes))  # elements; a vec4 group at least
+        # elements; a vec4 group at least, and ``elem_align`` (quantization blocks start at multiples of it)
+        align = int(np.lcm(max(4, alignment // min(itemsizes)), elem_align))
         unit = int(np.lcm(align, block))  # chunks hold whole blocks: block j of any tensor starts at element j*block
         chunk_elems = (max_binding // max(itemsizes)) // unit * unit
         if chunk_elems < block or block % 4:

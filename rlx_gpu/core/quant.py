@@ -1,0 +1,190 @@
+"""Block-quantized optimizer state: the maps, quantize/dequantize in NumPy (the specification the kernels follow bit
+for bit), and state-dict conversion between quantized and float32 states.
+
+8-bit (``state_bits=8``; Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization", as bitsandbytes):
+blocks of 256 elements, one float32 absmax per block, codes of bitsandbytes' dynamic tree maps (signed for
+first moments and momenta, unsigned for second moments). 4-bit (``state_bits=4``; Li et al. 2023, "Memory
+Efficient Optimizers with 4-bit States", as torchao's AdamW4bit): blocks of 128, the 4-bit dynamic tree map for
+signed states and the linear map without zero, linspace(0, 1, 17)[1:], for unsigned ones.
+
+A value ``v`` of a block with absmax ``a`` gets the code of the nearest map entry: the number of midpoints ``m_j``
+(between map entries ``j`` and ``j+1``, rounded to float32) with ``s * m_j < v``, where ``s = a`` (1 when
+``a == 0``); a float32 product and a comparison, exact on every adapter. A NaN gives code 0. It reads back as
+``map[code] * a``. A block's absmax is the largest ``|v|`` (NaN if any is NaN). Zero codes with a zero absmax
+are a zero state.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import qmaps
+
+__all__ = ["BLOCK", "qmap", "midpoints", "quantize", "dequantize", "pack_codes", "unpack_codes", "num_blocks",
+           "QKEYS", "check_state_bits"]
+
+BLOCK = {8: 256, 4: 128}
+QKEYS = ("_codes", "_absmax", "_qmap")  # a quantized state s is kept as s_codes, s_absmax and s_qmap
+_MAPS = {(8, True): qmaps.SIGNED_8, (8, False): qmaps.UNSIGNED_8, (4, True): qmaps.SIGNED_4,
+         (4, False): qmaps.UNSIGNED_4}
+_cache: dict = {}
+
+
+def qmap(bits: int, signed: bool) -> np.ndarray:
+    """The map of ``bits``-bit codes (float32, ascending, 2**bits entries)."""
+    key = ("map", bits, signed)
+    if key not in _cache:
+        words = np.array([int(w, 16) for w in _MAPS[(bits, signed)].split()], np.uint32)
+        _cache[key] = words.view(np.float32)
+        _cache[key].flags.writeable = False
+    return _cache[key]
+
+
+def midpoints(bits: int, signed: bool) -> np.ndarray:
+    """The 2**bits - 1 decision points between neighbouring map entries, in float32."""
+    key = ("mid", bits, signed)
+    if key not in _cache:
+        m = qmap(bits, signed).astype(np.float64)
+        _cache[key] = ((m[:-1] + m[1:]) / 2).astype(np.float32)
+        _cache[key].flags.writeable = False
+    return _cache[key]
+
+
+def num_blocks(n: int, bits: int) -> int:
+    return -(-int(n) // BLOCK[bits])
+
+
+def quantize(x: np.ndarray, bits: int, signed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(codes: uint8 of x's shape, absmax: float32 per block) of a float32 array, blockwise over its flat elements."""
+    flat = np.asarray(x, np.float32).reshape(-1)
+    n, B = flat.size, BLOCK[bits]
+    nb = num_blocks(n, bits)
+    padded = np.zeros(nb * B, np.float32)
+    padded[:n] = flat
+    with np.errstate(invalid="ignore"):
+        absmax = np.abs(padded.reshape(nb, B)).max(axis=1) if nb else np.zeros(0, np.float32)
+    scale = np.repeat(np.where(absmax == 0, np.float32(1), absmax), B)[:n].astype(np.float32)
+    mids = midpoints(bits, signed)
+    M = mids.size
+    codes = np.zeros(n, np.int64)
+    step = (M + 1) // 2
+    with np.errstate(invalid="ignore", over="ignore"):
+        while step:  # the kernels' branchless binary search: the count of midpoints below v
+            idx = codes + step - 1
+            ok = idx < M
+            codes += step * (ok & (scale * mids[np.minimum(idx, M - 1)] < flat))
+            step //= 2
+    return codes.astype(np.uint8).reshape(np.shape(x)), absmax.astype(np.float32)
+
+
+def dequantize(codes: np.ndarray, absmax: np.ndarray, bits: int, signed: bool) -> np.ndarray:
+    """The float32 values of ``codes`` (any shape) with per-block ``absmax``."""
+    c = np.asarray(codes).reshape(-1)
+    a = np.repeat(np.asarray(absmax, np.float32), BLOCK[bits])[:c.size]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (qmap(bits, signed)[c.astype(np.int64)] * a).astype(np.float32).reshape(np.shape(codes))
+
+
+def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Codes (uint8, one per element) as the device stores them: bytes (8-bit) or two per byte, low nibble first."""
+    c = np.asarray(codes, np.uint8).reshape(-1)
+    if bits == 8:
+        return c
+    if c.size % 2:
+        c = np.concatenate([c, np.zeros(1, np.uint8)])
+    return (c[0::2] | (c[1::2] << 4)).astype(np.uint8)
+
+
+def unpack_codes(packed: np.ndarray, n: int, bits: int) -> np.ndarray:
+    p = np.asarray(packed, np.uint8).reshape(-1)
+    if bits == 8:
+        return p[:n].copy()
+    out = np.empty(2 * p.size, np.uint8)
+    out[0::2], out[1::2] = p & 15, p >> 4
+    return out[:n]
+
+
+def check_state_bits(owner: str, quantizable: dict, opts: dict) -> None:
+    """``state_bits`` / ``min_quantized_size`` checked against what the optimizer supports."""
+    bits, mq = opts["state_bits"], opts["min_quantized_size"]
+    if bits is not None and (isinstance(bits, bool) or bits not in (4, 8)):
+        raise ValueError(f"{owner}: state_bits must be None, 8 or 4, got {bits!r}")
+    if bits is not None and not quantizable:
+        raise ValueError(f"{owner}: state_bits={bits} is not supported; block-quantized states are available on "
+                         "Adam, AdamW, Lion, SGD (momentum) and RMSprop")
+    if isinstance(mq, bool) or not isinstance(mq, (int, np.integer)) or mq < 0:
+        raise ValueError(f"{owner}: min_quantized_size must be an int >= 0, got {mq!r}")
+
+
+# -- state dicts ------------------------------------------------------------------------------------------------
+def entries(s: str, codes, absmax, bits: int, signed: bool) -> dict:
+    """A quantized state as a state dict holds it: ``s_codes`` (uint8, the param's shape, one code per element),
+    ``s_absmax`` (float32 per block) and ``s_qmap`` (the map, float32)."""
+    return {s + "_codes": np.array(codes, np.uint8), s + "_absmax": np.array(absmax, np.float32),
+            s + "_qmap": qmap(bits, signed).copy()}
+
+
+def split_state(owner: str, sd: dict, quantizable: dict, bits_of, shapes: dict) -> tuple[dict, dict]:
+    """A state dict's quantized entries taken out and checked, before the rest is checked as usual.
+
+    Returns ``(sd without them, {name: {state: (codes, absmax)}})``: entries whose tensor this optimizer quantizes
+    with the same bits are kept as codes; the others are dequantized into float32 ``state`` entries (so a state dict
+    moves between quantized and float32 optimizers in both directions). ``bits_of(name)``: 0, 8 or 4."""
+    where = f"{owner}.load_state_dict"
+    if not isinstance(sd, dict) or not isinstance(sd.get("state"), dict):
+        return sd, {}
+    state, qstate = {}, {}
+    for name, st in sd["state"].items():
+        if not isinstance(st, dict) or not any(s + k in st for s in quantizable for k in QKEYS):
+            state[name] = st
+            continue
+        st = dict(st)
+        for s, signed in quantizable.items():
+            got = [s + k in st for k in QKEYS]
+            if not any(got):
+                continue
+            if not all(got):
+                raise ValueError(f"{where}: {name!r} has some of {[s + k for k in QKEYS]} but not all")
+            codes, absmax, m = (st.pop(s + k) for k in QKEYS)
+            bits = _check_entries(where, name, s, codes, absmax, m, signed, shapes.get(name))
+            if s in st:
+                raise ValueError(f"{where}: {name!r} holds both {s!r} and {s}_codes")
+            if bits_of(name) == bits:
+                qstate.setdefault(name, {})[s] = (np.asarray(codes, np.uint8), np.asarray(absmax, np.float32))
+            else:
+                st[s] = dequantize(codes, absmax, bits, signed)
+        state[name] = st
+    return dict(sd, state=state), qstate
+
+
+def _check_entries(where, name, s, codes, absmax, m, signed, shape) -> int:
+    for k, v in ((s + "_codes", codes), (s + "_absmax", absmax), (s + "_qmap", m)):
+        if not isinstance(v, np.ndarray):
+            raise TypeError(f"{where}: {k} of {name!r} must be a NumPy array, got {type(v).__name__}")
+    bits = {256: 8, 16: 4}.get(m.size)
+    if bits is None or m.dtype != np.float32 or not np.array_equal(m, qmap(bits, signed)):
+        kind = "signed" if signed else "unsigned"
+        raise ValueError(f"{where}: {s}_qmap of {name!r} is not the {kind} 8-bit or 4-bit map this library uses")
+    if shape is not None and (codes.dtype != np.uint8 or codes.shape != tuple(shape)):
+        raise ValueError(f"{where}: {s}_codes of {name!r} must be uint8 of shape {tuple(shape)}, got "
+                         f"{codes.dtype} {codes.shape}")
+    if codes.size and int(codes.max()) >= 2 ** bits:
+        raise ValueError(f"{where}: {s}_codes of {name!r} holds codes >= {2 ** bits} for a {bits}-bit map")
+    nb = num_blocks(codes.size, bits)
+    if absmax.dtype != np.float32 or absmax.shape != (nb,):
+        raise ValueError(f"{where}: {s}_absmax of {name!r} must be float32 of shape ({nb},), got "
+                         f"{absmax.dtype} {absmax.shape}")
+    return bits
+
+
+def join_state(state: dict, qstate: dict, quantizable: dict, bits_of) -> dict:
+    """After the check: float32 entries of quantized tensors quantized (``load_state_dict`` quantizes); returns
+    ``{name: {state: (codes, absmax)}}`` with ``qstate``'s entries, and takes those states out of ``state``."""
+    out = {n: dict(v) for n, v in qstate.items()}
+    for name, st in state.items():
+        bits = bits_of(name)
+        if not bits:
+            continue
+        for s, signed in quantizable.items():
+            if s in st:
+                out.setdefault(name, {})[s] = quantize(np.asarray(st.pop(s), np.float32), bits, signed)
+    return out
