@@ -3,6 +3,7 @@ with CUDA is importable), CUDA's own copy and pinned transfers, the NumPy twin, 
 small steps, and the first-step latency of a fresh process."""
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -29,7 +30,8 @@ def torch_step_ms(torch, shapes, opt_spec, repeats, dtype="float32") -> float:
     ps = [torch.zeros(s, device="cuda", dtype=getattr(torch, dtype)) + 0.01 for _, s in shapes]
     for p in ps:
         p.grad = torch.full_like(p, 1e-3)
-    inner = getattr(torch.optim, name)(ps, lr=1e-3, **kw)
+    module, _, cls = name.rpartition(".")  # torch.optim's class, or module.Class of another library
+    inner = getattr(importlib.import_module(module) if module else torch.optim, cls)(ps, lr=1e-3, **kw)
     if scaler is not None:
         scaler.scale(torch.ones(1, device="cuda"))  # torch's scaler makes its scale tensor here
 

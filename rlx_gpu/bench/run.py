@@ -12,7 +12,7 @@ from ..core.lowp import DTYPES
 from ..runtime.device import get_device
 from .baselines import (first_step_latency, host_path, host_rows, numpy_ms, torch_copy_figures, torch_cuda,
                         torch_step_ms)
-from .shapes import OPTIMIZERS, PRECISIONS, min_bytes, param_set, scale_shapes
+from .shapes import EXTRA_BASELINES, OPTIMIZERS, PRECISIONS, min_bytes, param_set, scale_shapes
 from .timing import Timer, copy_bandwidth
 
 
@@ -131,6 +131,13 @@ def _row(rlx_gpu, dev, timer, torch, args, oname, precision, sname, base, budget
                              + f"{torch_spec[0]}({', '.join(f'{k}={v}' for k, v in torch_spec[1].items() if k not in ('clip', 'scaler'))}"
                              + f"{', ' + pd if pd != 'float32' else ''})")
         row["ratio_vs_torch"] = row["torch_ms"] / row["ms_per_step"]
+    for spec in EXTRA_BASELINES.get(oname, ()) if torch is not None and not master else ():
+        try:
+            ms = torch_step_ms(torch, shapes, spec, args.repeats, pd)
+            row.setdefault("other_baselines", []).append({"impl": spec[0], "ms": ms, "ratio": ms / row["ms_per_step"]})
+            say(f"      {spec[0]}: {ms:.3f} ms ({ms / row['ms_per_step']:.2f}x)")
+        except (ImportError, NotImplementedError, RuntimeError) as e:  # (not installed, or no kernel for it)
+            row.setdefault("other_baselines", []).append({"impl": spec[0], "error": str(e).splitlines()[0][:200]})
     if not args.no_numpy and numel <= args.numpy_max:
         row["numpy_ms"] = numpy_ms(getattr(rlx_gpu.reference, cls_name), params, opts, shapes, args.repeats)
         row["ratio_vs_numpy"] = row["numpy_ms"] / row["ms_per_step"]

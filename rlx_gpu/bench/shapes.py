@@ -27,7 +27,13 @@ OPTIMIZERS = {
     # AdamW stepped through GradScaler: the inf/NaN check reads g once more, the skip is decided on the device.
     # torch: GradScaler + fused AdamW (its found_inf goes into the fused kernel; no sync either).
     "adamw+scaler": ("AdamW", {"scaler": True}, 4, ("AdamW", {"fused": True, "scaler": True})),
+    # block-quantized states (state_bits): m and v read and written as codes plus a float32 absmax per block;
+    # torch's row is its fused float32 AdamW, bitsandbytes' AdamW8bit is timed beside it where it is installed
+    "adamw8bit": ("AdamW", {"state_bits": 8}, 4, ("AdamW", {"fused": True})),
+    "adamw4bit": ("AdamW", {"state_bits": 4}, 4, ("AdamW", {"fused": True})),
 }
+# further baselines timed on the same tensors where their library imports (name: module.Class, options)
+EXTRA_BASELINES = {"adamw8bit": [("bitsandbytes.optim.AdamW8bit", {})]}
 DEFAULT_SETS = "single:67108864,gpt2-124m,gpt2-1.5b"
 # precision name -> (param dtype, grad dtype, state dtype, master weights)
 PRECISIONS = {
@@ -82,6 +88,9 @@ def min_bytes(opt: str, precision: str, shapes: list) -> int:
     gradient reads of a clip or an inf/NaN check."""
     pd, gd, sd, master = PRECISIONS[precision]
     ps, gs, ss = ITEMSIZE[pd], ITEMSIZE[gd], ITEMSIZE[sd]
+    bits = OPTIMIZERS[opt][1].get("state_bits")
+    if bits:  # a code per element and a float32 absmax per block (256 elements at 8 bits, 128 at 4)
+        ss = bits / 8 + 4 / {8: 256, 4: 128}[bits]
     keeps_master = master and ps == 2
     per = (8 + ps if keeps_master else 2 * ps) + gs + OPTIMIZERS[opt][2] * ss
     if opt in ("adamw+clip", "adamw+scaler"):
@@ -90,4 +99,4 @@ def min_bytes(opt: str, precision: str, shapes: list) -> int:
     for _, s in shapes:
         n = int(np.prod(s))
         total += n * (per + (8 if opt == "adafactor" and len(s) < 2 else 0))
-    return total
+    return int(total)

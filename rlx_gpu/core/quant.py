@@ -188,3 +188,35 @@ def join_state(state: dict, qstate: dict, quantizable: dict, bits_of) -> dict:
             if s in st:
                 out.setdefault(name, {})[s] = quantize(np.asarray(st.pop(s), np.float32), bits, signed)
     return out
+
+
+# -- the kernels' search guide ------------------------------------------------------------------------------------
+GUESS_BITS = 6  # mantissa bits of x = v / absmax in a guide key
+GUESS_KEYS = 24 * 2 ** GUESS_BITS + 2  # per sign: |x| < 2^-24, 24 binades up to 1, then |x| >= 1
+
+
+def _key_ranges():
+    """(lowest, highest) |x| of every key (float32)."""
+    k = np.arange(1, GUESS_KEYS - 1, dtype=np.int64)
+    lo = (((k - 1) + (103 << GUESS_BITS)) << (23 - GUESS_BITS)).astype(np.uint32)
+    hi = lo + np.uint32((1 << (23 - GUESS_BITS)) - 1)
+    return (np.concatenate([[0.0], lo.view(np.float32), [1.0]]).astype(np.float32),
+            np.concatenate([[2.0 ** -24], hi.view(np.float32), [1.0]]).astype(np.float32))
+
+
+def guess_table(bits: int, signed: bool) -> np.ndarray:
+    """The code of ``x = v / absmax`` at the middle of each key (sign, exponent, top GUESS_BITS mantissa bits of x),
+    as uint8 (positive keys, then negative). The kernels take it and step once up or down to the exact code (the
+    count of ``absmax * midpoint < v``): checked here, every x of a key, a few ulps of rounding either side, is
+    within one code of its key's guess."""
+    lo, hi = _key_ranges()
+    centre = ((lo.astype(np.float64) + hi) / 2).astype(np.float32)
+    mids = midpoints(bits, signed)
+    out = []
+    for sgn in (1, -1):
+        g = np.searchsorted(mids, sgn * centre, side="left")
+        for edge in (lo * np.float32(1 - 2 ** -21), hi * np.float32(1 + 2 ** -21)):
+            far = np.abs(np.searchsorted(mids, sgn * edge, side="left") - g)
+            assert far.max() <= 1, (bits, signed, sgn, int(far.max()))
+        out.append(g)
+    return np.concatenate(out).astype(np.uint8)

@@ -247,10 +247,11 @@ def optimizer_text(opt, sig: Signature, present=None) -> Text:
     t.gen(_round_state(sig))
     t.file(opt.shader, idx)
     if quantized:
-        t.gen(q_helpers(states, present, quantized, sig.qbits))
+        nw = max(len([s for s in p.writes if s in present]) for p in passes if p.kind == "elementwise")
+        t.gen(q_helpers(states, present, quantized, sig.qbits, nw, opt.EPT))
     for p in passes:
         if p.kind == "elementwise":
-            t.gen(q_elementwise(p, present, quantized, sig.qbits) if quantized else _elementwise(p, present))
+            t.gen(q_elementwise(p, present, quantized, sig.qbits, opt.EPT) if quantized else _elementwise(p, present))
         elif p.kind == "per_tensor":
             t.gen(_per_tensor(p))
     return t

@@ -24,6 +24,7 @@ from ..runtime.device import get_device
 from ..runtime.kernels import get_kernel
 from .buckets import make_buckets
 from .codegen import Pass, optimizer_module
+from .qcodegen import QK
 from .records import Record
 from .reductions import ReduceMixin
 from .statedict import StateMixin
@@ -206,6 +207,8 @@ class Optimizer(StepMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Ch
                 for b in self.buckets:
                     for c, blk in enumerate(b.layout.blocks):
                         n = len(blk) if p.kind == "elementwise" else self._custom_groups(p, b, c)
+                        if p.kind == "elementwise" and b.sig.qbits:
+                            n = -(-len(blk) // QK)  # (a quantized pass steps QK blocks per workgroup)
                         plan.append((self._kernel(b, p.kernel), self._bind(p.kernel, b, c), n))
             self._binds["plan"] = plan
         for k, bind, n in self._binds["plan"]:

@@ -11,10 +11,10 @@ uniform control flow (every thread of the workgroup runs the EPT iterations; loa
 """
 from __future__ import annotations
 
-from ..core.quant import BLOCK
+from ..core.quant import BLOCK, GUESS_BITS, GUESS_KEYS
 from ..runtime.qarena import block_words, header_words
 
-__all__ = ["q_bindings", "q_helpers", "q_elementwise", "param_grad_loads"]
+__all__ = ["QK", "q_bindings", "q_helpers", "q_elementwise", "param_grad_loads"]
 
 
 def q_bindings(states, present, idx, bits: int) -> str:
@@ -22,35 +22,74 @@ def q_bindings(states, present, idx, bits: int) -> str:
                      for s in states if s in present)
 
 
-def q_helpers(states, present, signs: dict, bits: int) -> str:
-    """Workgroup copies of the maps, per-state loads, the block absmax and the code search."""
+QK = 8  # engine blocks per workgroup in a quantized pass (the maps are copied into workgroup memory once for them)
+
+
+def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int) -> str:
+    """Workgroup copies of the maps, per-state loads, the block absmax slots and the code search."""
     QN, QB = 2 ** bits, BLOCK[bits]
     G = QB // 4
     mine = [s for s in states if s in present and s in signs]
     L = [f"const QN: u32 = {QN}u;", f"const QB: u32 = {QB}u;", f"const QG: u32 = {G}u;  // threads (vec4s) per block",
-         f"const QH: u32 = {header_words(bits)}u;  // words of map and midpoints",
+         f"const QH: u32 = {header_words(bits)}u;  // words of map, midpoints and guide",
          f"const QS: u32 = {block_words(bits)}u;  // words per block: codes, then absmax",
-         "var<workgroup> qred: array<f32, WG>;"]
-    if bits == 4:
-        L.append("var<workgroup> qword: array<u32, WG>;")
+         f"const QT: u32 = {GUESS_KEYS}u;  // guide entries per sign", f"const QK: u32 = {QK}u;",
+         f"const QW: u32 = {max(1, nwrites)}u;  // quantized states a pass writes",
+         # 8-bit: a thread's EPT vec4s are rows k*WG + lid (QG threads per block per row); 4-bit: EPT consecutive
+         # vec4s (so one thread writes whole words; QG/EPT threads per block, one row)
+         f"const QROWS: u32 = {ept if bits == 8 else 1}u;",
+         f"const QTPB: u32 = {G if bits == 8 else G // ept}u;  // threads per block in a row",
+         "override QSET: u32 = QROWS * QW * (WG / QTPB);  // absmax slots of one block set",
+         "// three sets of slots (block kk uses set kk % 3), per row, written state and block: the bits of the largest",
+         "// |v| (u32 order is float order for non-negative floats, NaN above inf, as nan_max)",
+         "var<workgroup> qamax: array<atomic<u32>, 3u * QSET>;"]
     load = []
     for tag, want in (("s", True), ("u", False)):
         src = next((s for s in mine if signs[s] == want), None)
         if src is None:
             continue
-        L += [f"var<workgroup> qm_{tag}: array<f32, QN>;", f"var<workgroup> qt_{tag}: array<f32, QN>;"]
-        load.append(f"        qm_{tag}[j] = bitcast<f32>({src}_q[j]); qt_{tag}[j] = bitcast<f32>({src}_q[QN + j]);")
-        L += [f"fn q_code_{tag}(v: f32, a: f32) -> u32 {{",
-              "    let sc = select(a, 1.0, a == 0.0);", "    var c = 0u;",
+        L += [f"var<workgroup> qm_{tag}: array<f32, QN>;", f"var<workgroup> qt_{tag}: array<f32, QN>;",
+              f"var<workgroup> qg_{tag}: array<u32, {2 * GUESS_KEYS // 4}>;"]
+        load.append(f"    for (var j = lid; j < QN; j = j + WG) {{ qm_{tag}[j] = bitcast<f32>({src}_q[j]); "
+                    f"qt_{tag}[j] = bitcast<f32>({src}_q[QN + j]); }}")
+        load.append(f"    for (var j = lid; j < {2 * GUESS_KEYS // 4}u; j = j + WG) {{ qg_{tag}[j] = {src}_q[2u * QN + j]; }}")
+        L += [f"fn q_search_{tag}(v: f32, sc: f32) -> u32 {{  // the count of sc * midpoint < v by bisection",
+              "    var c = 0u;",
               "    for (var st = QN / 2u; st > 0u; st = st / 2u) {",
               f"        if (sc * qt_{tag}[c + st - 1u] < v) {{ c = c + st; }}", "    }", "    return c;", "}",
+              f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{",
+              "    // the guide's guess from the float bits of v / a is within one code of the count of",
+              "    // a * midpoint < v (core/quant.py checks it for every key): one step up or down, both loads at once",
+              "    let x = bitcast<u32>(v * inv);",
+              "    let m = x & 0x7fffffffu;",
+              "    var key = 0u;",
+              f"    if (m >= 0x33800000u) {{ key = min((m >> {23 - GUESS_BITS}u) - (103u << {GUESS_BITS}u) + 1u, QT - 1u); }}",
+              "    let idx = select(0u, QT, (x >> 31u) == 1u) + key;",
+              f"    let c = (qg_{tag}[idx >> 2u] >> (8u * (idx & 3u))) & 255u;",
+              "    let sc = select(a, 1.0, a == 0.0);",
+              f"    let up = c < QN - 1u && sc * qt_{tag}[min(c, QN - 2u)] < v;",
+              f"    let down = c > 0u && !(sc * qt_{tag}[max(c, 1u) - 1u] < v);",
+              "    let near = select(select(c, c - 1u, down), c + 1u, up);",
+              "    if (m > 0x7f800000u) {  // x NaN: v NaN (code 0) or an infinite absmax: bisect",
+              f"        return select(q_search_{tag}(v, sc), 0u, is_nan(v));",
+              "    }",
+              "    return near;", "}",
               f"fn q_codes_{tag}(v: vec4<f32>, a: f32) -> vec4<u32> {{",
-              f"    return vec4<u32>(q_code_{tag}(v.x, a), q_code_{tag}(v.y, a), q_code_{tag}(v.z, a), "
-              f"q_code_{tag}(v.w, a));", "}"]
-    L += ["fn q_load_maps(lid: u32) {", "    for (var j = lid; j < QN; j = j + WG) {"] + load + \
-         ["    }", "    workgroupBarrier();", "}",
-         "fn q_base(i: u32) -> u32 { return QH + (i / QG) * QS; }  // the first word of vec4 i's block",
-         "fn q_word(i: u32) -> u32 { return q_base(i) + " + ("i % QG; }" if bits == 8 else "(i % QG) / 2u; }")]
+              "    let inv = 1.0 / select(a, 1.0, a == 0.0);",
+              f"    return vec4<u32>(q_code_{tag}(v.x, a, inv), q_code_{tag}(v.y, a, inv), q_code_{tag}(v.z, a, inv), "
+              f"q_code_{tag}(v.w, a, inv));", "}"]
+    L += ["fn q_load_maps(lid: u32) {"] + load + ["    workgroupBarrier();", "}",
+          "fn q_base(i: u32) -> u32 { return QH + (i / QG) * QS; }  // the first word of vec4 i's block",
+          "fn q_word(i: u32) -> u32 { return q_base(i) + " + ("i % QG; }" if bits == 8 else "(i % QG) / 2u; }"),
+          "// Block b of the chunk's table, x = NONE past the end or when its tensor has no grad this step.",
+          "fn q_block(b: u32) -> vec4<u32> {",
+          "    if (b >= arrayLength(&blocks)) { return vec4<u32>(NONE); }",
+          "    let blk = blocks[b];",
+          "    if ((hyper[blk.x * REC + REC_FLAGS] & ACTIVE) == 0u) { return vec4<u32>(NONE); }",
+          "    return blk;", "}",
+          "fn q_amax_bits(v: vec4<f32>) -> u32 {",
+          "    let m = bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu);",
+          "    return max(max(m.x, m.y), max(m.z, m.w));", "}"]
     shifts = (0, 8, 16, 24) if bits == 8 else (0, 4, 8, 12)
     for s in mine:
         tag = "s" if signs[s] else "u"
@@ -58,18 +97,6 @@ def q_helpers(states, present, signs: dict, bits: int) -> str:
         lanes = ", ".join(f"qm_{tag}[(w >> {k}u) & {QN - 1}u]" for k in shifts)
         L += [f"fn ldq_{s}(i: u32) -> vec4<f32> {{", f"    let w = {word};",
               f"    return vec4<f32>({lanes}) * bitcast<f32>({s}_q[q_base(i) + QS - 1u]);", "}"]
-    L += ["// The absmax of the QB-element block lane `lid` is in: every thread of the workgroup calls it.",
-          "fn q_absmax(lid: u32, v: vec4<f32>) -> f32 {",
-          "    let m = abs(v);",
-          "    qred[lid] = nan_max(nan_max(m.x, m.y), nan_max(m.z, m.w));",
-          "    for (var s = QG / 2u; s > 0u; s = s / 2u) {",
-          "        workgroupBarrier();",
-          "        if ((lid & (QG - 1u)) < s) { qred[lid] = nan_max(qred[lid], qred[lid + s]); }",
-          "    }",
-          "    workgroupBarrier();",
-          "    let a = qred[lid & ~(QG - 1u)];",
-          "    workgroupBarrier();",
-          "    return a;", "}"]
     return "\n".join(L)
 
 
@@ -82,53 +109,82 @@ def param_grad_loads(p, pad: str) -> tuple[list, str]:
     return L + [pad + f"var g = select(ld_{p.grad}(i) * gm, zero, keep);", pad + "if (neg) { g = -g; }"], "g"
 
 
-def q_elementwise(p, present, signs: dict, bits: int) -> str:
-    """The driver of one elementwise pass over a quantized bucket (no reducing passes: the optimizers with
-    quantized states have none)."""
+def q_elementwise(p, present, signs: dict, bits: int, ept: int) -> str:
+    """The driver of one elementwise pass over a quantized bucket: QK engine blocks per workgroup; per block, every
+    thread loads and updates its EPT vec4s and adds its new states' |v| to the block absmax slots (workgroup
+    atomics), one barrier, then codes and absmax are stored. The slots of block kk are set kk % 3, the set of block
+    kk + 1 is cleared during block kk: one barrier per block. No reducing passes: the optimizers with quantized
+    states have none."""
     if p.reduce:
         raise ValueError(f"pass {p.entry}: reducing passes have no quantized driver")
+    if bits == 4 and ept % 2:
+        raise ValueError("4-bit states need an even EPT (a thread writes whole words of eight codes)")
     reads = [s for s in p.reads if s in present]
     writes = [s for s in p.writes if s in present]
     L = ["@compute @workgroup_size(WG)",
          f"fn {p.kernel}(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,",
          "        @builtin(local_invocation_index) lid: u32) {",
-         "    q_load_maps(lid);",
-         "    let blk = active_block(wid, nwg);",
-         "    let r = rec(select(0u, blk.x, blk.x != NONE));"]
-    cond = "blk.x != NONE" + (f" && has(r, {p.only_if.upper()})" if p.only_if else "")
-    L += [f"    let live = {cond};"]
+         "    for (var j = lid; j < 3u * QSET; j = j + WG) { atomicStore(&qamax[j], 0u); }",
+         "    q_load_maps(lid);  // (ends in a barrier)",
+         "    let zero = vec4<f32>(0.0);",
+         "    let w0 = (wid.x + wid.y * nwg.x) * QK;",
+         "    for (var kk = 0u; kk < QK; kk++) {",
+         "        let next = ((kk + 1u) % 3u) * QSET;",
+         "        for (var j = lid; j < QSET; j = j + WG) { atomicStore(&qamax[next + j], 0u); }",
+         "        let qset = (kk % 3u) * QSET;",
+         "        let blk = q_block(w0 + kk);",
+         "        let r = rec(select(0u, blk.x, blk.x != NONE));",
+         "        let live = blk.x != NONE" + (f" && has(r, {p.only_if.upper()})" if p.only_if else "") + ";"]
     if p.grad:
-        L += ["    let gm = grad_mul();", f"    let neg = {'has(r, MAXIMIZE)' if p.signed else 'false'};"]
-    L += ["    let zero = vec4<f32>(0.0);",
-          "    for (var k = 0u; k < EPT; k++) {",
-          "        let i = blk.y + k * WG + lid;",
-          "        let inb = live && 4u * i < blk.z;",
-          "        let keep = tail(i, blk.z);",
-          "        var o: Out;",
-          "        if (inb) {",
-          "            let e = elem0(blk, r, i);"]
-    lines, gv = param_grad_loads(p, "            ")
-    L += lines
-    L.append("            var s: State;")
-    for s in reads:
-        L.append(f"            if (has(r, HAS_{s.upper()})) {{ s.{s} = select(ldq_{s}(i), zero, keep); }}")
-    L.append(f"            o = {p.fn}(r, e, {'select(p0, zero, keep)' if p.param else 'zero'}, {gv}, s);")
-    if p.param == "rw":
-        L.append("            store_p(i, select(o.p, zero, keep), r, e);")
-    L.append("        }")
-    for s in writes:
-        tag = "s" if signs[s] else "u"
-        L += [f"        let v_{s} = select(select(o.s.{s}, zero, keep), zero, !inb);",
-              f"        let a_{s} = q_absmax(lid, v_{s});",
-              f"        let c_{s} = q_codes_{tag}(v_{s}, a_{s});",
-              f"        let ok_{s} = inb && has(r, HAS_{s.upper()});"]
+        L += ["        let gm = grad_mul();", f"        let neg = {'has(r, MAXIMIZE)' if p.signed else 'false'};"]
+    for v in range(ept):  # (loads of a vec4 after the stores of the one before: loading all first was slower)
+        row = v if bits == 8 else 0
+        idx = f"blk.y + {v}u * WG + lid" if bits == 8 else f"blk.y + {ept}u * lid + {v}u"
+        L += [f"        let i{v} = {idx};",
+              f"        let inb{v} = live && 4u * i{v} < blk.z;",
+              f"        var o{v}: Out;",
+              f"        if (inb{v}) {{",
+              f"            let i = i{v};", f"            let keep = tail(i, blk.z);",
+              "            let e = elem0(blk, r, i);"]
+        lines, gv = param_grad_loads(p, "            ")
+        L += lines
+        L.append("            var s: State;")
+        for s_ in reads:
+            L.append(f"            if (has(r, HAS_{s_.upper()})) {{ s.{s_} = select(ldq_{s_}(i), zero, keep); }}")
+        L.append(f"            o{v} = {p.fn}(r, e, {'select(p0, zero, keep)' if p.param else 'zero'}, {gv}, s);")
+        if p.param == "rw":
+            L.append(f"            store_p(i, select(o{v}.p, zero, keep), r, e);")
+        for j, s_ in enumerate(writes):
+            L.append(f"            o{v}.s.{s_} = select(o{v}.s.{s_}, zero, keep);")
+            L.append(f"            atomicMax(&qamax[qset + ({row}u * QW + {j}u) * (WG / QTPB) + lid / QTPB], "
+                     f"q_amax_bits(o{v}.s.{s_}));")
+        L.append("        }")
+    L.append("        workgroupBarrier();")
+    for j, s_ in enumerate(writes):
+        tag = "s" if signs[s_] else "u"
+        ok = f"has(r, HAS_{s_.upper()})"
+        rows = range(ept) if bits == 8 else (0,)
+        for row in rows:
+            L.append(f"        let a{row}_{s_} = bitcast<f32>(atomicLoad(&qamax[qset + ({row}u * QW + {j}u) * (WG / QTPB) "
+                     f"+ lid / QTPB]));")
+        for v in range(ept):
+            a = f"a{v if bits == 8 else 0}_{s_}"
+            L.append(f"        let c{v}_{s_} = q_codes_{tag}(o{v}.s.{s_}, {a});")
         if bits == 8:
-            L.append(f"        if (ok_{s}) {{ {s}_q[q_word(i)] = c_{s}.x | (c_{s}.y << 8u) | (c_{s}.z << 16u) | "
-                     f"(c_{s}.w << 24u); }}")
+            for v in range(ept):
+                c = f"c{v}_{s_}"
+                L += [f"        if (inb{v} && {ok}) {{",
+                      f"            {s_}_q[q_word(i{v})] = {c}.x | ({c}.y << 8u) | ({c}.z << 16u) | ({c}.w << 24u);",
+                      f"            if ((lid % QTPB) == 0u) {{ {s_}_q[q_base(i{v}) + QS - 1u] = bitcast<u32>(a{v}_{s_}); }}",
+                      "        }"]
         else:
-            L += [f"        qword[lid] = c_{s}.x | (c_{s}.y << 4u) | (c_{s}.z << 8u) | (c_{s}.w << 12u);",
-                  "        workgroupBarrier();",
-                  f"        if (ok_{s} && (lid & 1u) == 0u) {{ {s}_q[q_word(i)] = qword[lid] | (qword[lid + 1u] << 16u); }}"]
-        L.append(f"        if (ok_{s} && (lid & (QG - 1u)) == 0u) {{ {s}_q[q_base(i) + QS - 1u] = bitcast<u32>(a_{s}); }}")
+            for v in range(0, ept, 2):
+                c0, c1 = f"c{v}_{s_}", f"c{v + 1}_{s_}"
+                L += [f"        if (inb{v} && {ok}) {{",
+                      f"            {s_}_q[q_word(i{v})] = {c0}.x | ({c0}.y << 4u) | ({c0}.z << 8u) | ({c0}.w << 12u)"
+                      f" | ({c1}.x << 16u) | ({c1}.y << 20u) | ({c1}.z << 24u) | ({c1}.w << 28u);",
+                      "        }"]
+            L.append(f"        if (inb0 && {ok} && (lid % QTPB) == 0u) {{ {s_}_q[q_base(i0) + QS - 1u] = "
+                     f"bitcast<u32>(a0_{s_}); }}")
     L += ["    }", "}"]
     return "\n".join(L)

@@ -1,6 +1,7 @@
 """Block-quantized state arenas: one u32 buffer per chunk of a :class:`~rlx_gpu.runtime.Layout` holding, in order,
-the state's map and its midpoints (``2 * 2**bits`` float32 words: the kernels copy them into workgroup memory),
-then for each block of ``block`` elements its codes (8-bit: four per word; 4-bit: eight per word, low bits first)
+the state's map and its midpoints (``2**bits`` float32 words each) and the search guide
+(:func:`rlx_gpu.core.quant.guess_table`, four uint8 per word), which the kernels copy into workgroup memory; then
+for each block of ``block`` elements its codes (8-bit: four per word; 4-bit: eight per word, low bits first)
 followed by its float32 absmax. One binding per state keeps every quantized module within WebGPU's default of 8
 storage buffers per stage. The layout starts every tensor at a multiple of ``block``, so a quantization block
 never spans two tensors. Zero codes with a zero absmax are a zero state (buffers are zero-filled after the map).
@@ -9,13 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.quant import BLOCK, midpoints, pack_codes, qmap, unpack_codes
+from ..core.quant import BLOCK, GUESS_KEYS, guess_table, midpoints, pack_codes, qmap, unpack_codes
 
 __all__ = ["QArena", "header_words", "block_words"]
 
 
 def header_words(bits: int) -> int:
-    return 2 * 2 ** bits
+    return 2 * 2 ** bits + guide_words()
+
+
+def guide_words() -> int:
+    return 2 * GUESS_KEYS // 4
 
 
 def block_words(bits: int) -> int:
@@ -29,7 +34,8 @@ class QArena:
     def __init__(self, device, layout, label: str, bits: int, signed: bool):
         self.device, self.layout, self.label, self.bits = device, layout, label, bits
         self.block, self.H, self.S = BLOCK[bits], header_words(bits), block_words(bits)
-        head = np.concatenate([qmap(bits, signed), midpoints(bits, signed), np.zeros(1, np.float32)]).view(np.uint32)
+        head = np.concatenate([qmap(bits, signed).view(np.uint32), midpoints(bits, signed).view(np.uint32),
+                               np.zeros(1, np.uint32), guess_table(bits, signed).view(np.uint32)])
         self.buffers = []
         for i, n in enumerate(layout.chunk_elems):
             b = device.buffer(4 * (self.H + -(-n // self.block) * self.S), f"{label}[{i}]", mappable=True)
