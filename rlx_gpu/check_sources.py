@@ -81,6 +81,8 @@ def shipped() -> list:
     out = []
     for name, cls in sorted(Optimizer.optimizer_classes().items()):
         entries = [p.kernel for p in cls.passes + cls.other_passes]
+        if not cls.shader:  # (SparseAdam: only the sparse kernels, checked below)
+            continue
         consts = {"WG": cls.WG, "EPT": cls.EPT, **cls.constants}
         for label, pd, gd, sd, master, native in SIGNATURES:
             t = optimizer_text(cls, Signature(pd, gd, sd, master, native))
@@ -105,7 +107,7 @@ def shipped() -> list:
     t = engine_text("gate.wgsl", record)
     out.append(Source(d / "gate.wgsl", t.text(), t.origin, ["choose", "gate_step"], {}, "AdamW's records"))
     wg, ept = COPY_VARIANTS[0]
-    for f, consts in (("amp.wgsl", {}), ("copy.wgsl", {"WG": wg, "EPT": ept})):
+    for f, consts in (("amp.wgsl", {}), ("copy.wgsl", {"WG": wg, "EPT": ept}), ("sparse.wgsl", {})):
         code, origin = src.resolve(d / f)
         out.append(Source(d / f, code, origin, src.entry_points(code), consts))
     return out

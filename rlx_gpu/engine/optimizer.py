@@ -29,12 +29,13 @@ from .records import Record
 from .reductions import ReduceMixin
 from .statedict import StateMixin
 from .hostio import HostIOMixin
+from .sparse import SparseMixin
 from .steps import StepMixin
 
 __all__ = ["Optimizer", "Pass"]
 
 
-class Optimizer(StepMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Checkpointable):
+class Optimizer(StepMixin, SparseMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Checkpointable):
     """Base class of the GPU optimizers (use a subclass, e.g. :class:`rlx_gpu.AdamW`; ``Optimizer.load(path)``
     makes the class a checkpoint names). A subclass is a declaration: ``spec`` (its NumPy twin), ``shader`` (its
     WGSL update function), ``fields``/``flags`` (its record) and ``passes``; CONTRIBUTING.md shows one whole.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.groups import MAX_STEP, check_grads, scaled
+from ..core.sparse import split_sparse
 from ..core.lowp import step_keys
 from ..core.sync import locked
 from ..runtime.arena import DeviceTensor
@@ -75,7 +76,17 @@ class StepMixin(GateMixin):
         ``None`` takes each tensor's ``.grad`` and the tensors hold the new values afterwards
         (:mod:`rlx_gpu.core.torchio`). ``closure`` (or a callable as ``grads``): called first, as torch's."""
         loss, grads = self._torch_prologue(grads, closure)
-        self._step(grads, check=self.skip_nonfinite or loss_scale is not None, loss_scale=loss_scale)
+        check = self.skip_nonfinite or loss_scale is not None
+        grads, sparse = split_sparse(grads)  # RowSparse grads: rlx_gpu.engine.sparse
+        self._refuse_dense(grads)
+        if sparse:
+            more, sparse = self._split_sparse_grads(sparse, check)
+            grads = {**grads, **more}
+        if grads or not sparse:
+            self._step(grads, check=check, loss_scale=loss_scale)
+        if sparse:
+            self._settle()
+            self._sparse_step(sparse)
         self._torch_epilogue()
         return loss
 

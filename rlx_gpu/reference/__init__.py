@@ -14,6 +14,7 @@ from .radam import RAdam
 from .rmsprop import RMSprop
 from .sgd import SGD
 from .sophia import SophiaH
+from .sparse_adam import SparseAdam
 
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars", "Adafactor",
-           "ReferenceOptimizer"]
+           "SparseAdam", "ReferenceOptimizer"]

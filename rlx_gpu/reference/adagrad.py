@@ -16,6 +16,17 @@ class Adagrad(ReferenceOptimizer):
                     maximize=False)
     all_state_names = ("sum",)
     eager_state = ("sum",)
+    sparse_kind, sparse_states = "adagrad", ("sum",)  # RowSparse grads: torch's sparse branch
+
+    @classmethod
+    def check_sparse(cls, name, group):
+        if group["weight_decay"] != 0:
+            raise ValueError(f"Adagrad.step: sparse grad for {name!r}: weight_decay option is not compatible with "
+                             "sparse gradients (torch)")
+
+    @classmethod
+    def sparse_scalars(cls, group, step, scale):
+        return [-(group["lr"] * scale / (1 + (step - 1) * group["lr_decay"])), group["eps"]]
 
 
     @classmethod

@@ -24,6 +24,7 @@ class Adam(ReferenceOptimizer):
     defaults = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False)
     all_state_names = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
     quantizable = {"exp_avg": True, "exp_avg_sq": False, "max_exp_avg_sq": False}
+    sparse_refusal = "Adam does not support sparse gradients, please consider SparseAdam instead"
     decoupled = False
 
 

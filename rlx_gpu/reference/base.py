@@ -25,13 +25,15 @@ from ..core.quant import check_state_bits, join_state, split_state
 from ..core.quant import entries as quant_entries
 from ..core.sync import locked
 from ..core.torchio import TorchParams
+from ..core.sparse import split_sparse
 from .quantized import QuantizedTwin
+from .sparse import SparseTwin
 from .spec import MASTER, Spec
 
 F32 = np.float32
 
 
-class ReferenceOptimizer(QuantizedTwin, Spec, TorchParams, Checkpointable):
+class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpointable):
     """The NumPy twin of a GPU optimizer (subclasses give ``defaults``, state names and ``_update``)."""
 
     # -- the twin ----------------------------------------------------------------------------
@@ -148,7 +150,17 @@ class ReferenceOptimizer(QuantizedTwin, Spec, TorchParams, Checkpointable):
         checked for inf/NaN. ``closure`` (or a callable as ``grads``): called first, its loss returned."""
         loss, grads = self._torch_prologue(grads, closure)
         inv = 1.0 if loss_scale is None else float(1.0 / np.float64(loss_scale))
-        self._step(grads, inv, self.skip_nonfinite or loss_scale is not None)
+        check = self.skip_nonfinite or loss_scale is not None
+        grads, sparse = split_sparse(grads)  # (RowSparse grads: rlx_gpu.reference.sparse)
+        self._refuse_dense(grads)
+        if sparse:
+            more, sparse = self._split_sparse(sparse, check)
+            grads = {**grads, **more}
+        if grads or not sparse:
+            self._step(grads, inv, check)
+        if sparse:
+            with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+                self._sparse_step(sparse)
         self._torch_epilogue()
         return loss
 

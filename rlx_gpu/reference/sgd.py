@@ -14,6 +14,21 @@ class SGD(ReferenceOptimizer):
     defaults = dict(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False)
     all_state_names = ("momentum_buffer",)
     quantizable = {"momentum_buffer": True}
+    sparse_kind = "sgd"  # RowSparse grads without momentum: entry by entry, as torch's param.add_(sparse)
+
+    @classmethod
+    def check_sparse(cls, name, group):
+        if group["weight_decay"] != 0:
+            raise ValueError(f"SGD.step: sparse grad for {name!r} with weight_decay: torch refuses it "
+                             "(add(sparse, dense) is not supported)")
+
+    @classmethod
+    def sparse_dense(cls, group):
+        return group["momentum"] != 0  # torch decays the whole momentum buffer: the dense step
+
+    @classmethod
+    def sparse_scalars(cls, group, step, scale):
+        return [-group["lr"] * scale]
 
     @classmethod
     def check(cls, group):

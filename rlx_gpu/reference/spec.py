@@ -6,10 +6,11 @@ import sys
 
 from ..core import options as shared
 from ..core.groups import MASTER, validate_group
+from .sparse import SparseSpec
 
 
 
-class Spec:
+class Spec(SparseSpec):
     """What a twin class declares, and the class-level questions the GPU class asks of it (its ``spec``)."""
 
     #: Hyperparameter names and defaults (a bool default makes a flag, a tuple a pair of betas).

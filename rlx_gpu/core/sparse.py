@@ -1,0 +1,85 @@
+"""Row-sparse gradients (an embedding's grad touches a few rows of its table): :class:`RowSparse`, its checks, and
+torch's two ways of applying one: coalesced (duplicate rows summed in the order given, as ``Tensor.coalesce``:
+SparseAdam, Adagrad) or entry by entry (``param.add_(sparse, alpha)`` without coalescing: SGD)."""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["RowSparse", "check_sparse", "split_sparse", "coalesce", "grouped", "densify"]
+
+
+class RowSparse:
+    """A gradient that is zero except in some rows of the tensor's first dimension.
+
+    ``indices``: int64 (or any integer) array of ``n`` row numbers; ``values``: float32 array of shape ``(n,
+    *row_shape)``. Rows may repeat: duplicates are summed (torch's ``coalesce``). ``RowSparse.from_torch(t)`` takes a
+    torch sparse COO tensor with one sparse dimension (``nn.Embedding(sparse=True)``'s grad)."""
+
+    __slots__ = ("indices", "values")
+
+    def __init__(self, indices, values):
+        self.indices, self.values = indices, values
+
+    @classmethod
+    def from_torch(cls, t) -> "RowSparse":
+        if not getattr(t, "is_sparse", False) or t.sparse_dim() != 1:
+            raise TypeError("RowSparse.from_torch: expected a torch sparse COO tensor with one sparse dimension")
+        return cls(t._indices()[0].cpu().numpy(), t._values().detach().cpu().numpy())
+
+    def __repr__(self):
+        return f"RowSparse({np.shape(self.indices)[0] if np.ndim(self.indices) else '?'} rows)"
+
+
+def split_sparse(grads):
+    """``(dense grads, {name: RowSparse})`` of a ``step`` argument (a dict, or None: no sparse ones)."""
+    if not isinstance(grads, dict) or not any(isinstance(g, RowSparse) for g in grads.values()):
+        return grads, {}
+    return ({k: g for k, g in grads.items() if not isinstance(g, RowSparse)},
+            {k: g for k, g in grads.items() if isinstance(g, RowSparse)})
+
+
+def check_sparse(owner: str, name: str, g: RowSparse, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """(row indices as int64, values as float32 (n, row length)) of a RowSparse grad for a tensor of ``shape``;
+    TypeError / ValueError naming the tensor otherwise."""
+    where = f"{owner}.step: sparse grad for {name!r}"
+    idx, vals = g.indices, g.values
+    if not isinstance(idx, np.ndarray) or idx.dtype.kind not in "iu":
+        raise TypeError(f"{where}: indices must be an integer NumPy array, got "
+                        f"{getattr(idx, 'dtype', type(idx).__name__)}")
+    if not isinstance(vals, np.ndarray) or vals.dtype != np.float32:
+        raise TypeError(f"{where}: values must be a float32 NumPy array, got {getattr(vals, 'dtype', type(vals).__name__)}")
+    if len(shape) < 1:
+        raise ValueError(f"{where}: a 0-d tensor has no rows")
+    if idx.ndim != 1:
+        raise ValueError(f"{where}: indices must be 1-d, got shape {idx.shape}")
+    if vals.shape != (idx.size, *shape[1:]):
+        raise ValueError(f"{where}: values have shape {vals.shape}, expected {(idx.size, *shape[1:])} "
+                         f"({idx.size} rows of shape {tuple(shape[1:])})")
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= shape[0]):
+        bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+        raise ValueError(f"{where}: row index {bad} is out of range for {shape[0]} rows")
+    return idx.astype(np.int64), vals.reshape(idx.size, int(np.prod(shape[1:], dtype=np.int64)))
+
+
+def coalesce(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unique rows (ascending) and their values, duplicates summed in the order given (torch's coalesce)."""
+    rows, inv = np.unique(idx, return_inverse=True)
+    out = np.zeros((rows.size, vals.shape[1]), np.float32)
+    np.add.at(out, inv, vals)
+    return rows, out
+
+
+def grouped(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Unique rows (ascending), where each row's entries start and how many there are, and the values ordered by
+    row with each row's entries in the order given (for entry-by-entry application)."""
+    order = np.argsort(idx, kind="stable")
+    rows, starts, counts = np.unique(idx[order], return_index=True, return_counts=True)
+    return rows, starts, counts, vals[order]
+
+
+def densify(idx: np.ndarray, vals: np.ndarray, shape: tuple) -> np.ndarray:
+    """The dense float32 grad of a checked sparse one (duplicates summed as torch's coalesce)."""
+    rows, v = coalesce(idx, vals)
+    out = np.zeros((shape[0], vals.shape[1]), np.float32)
+    out[rows] = v
+    return out.reshape(shape)

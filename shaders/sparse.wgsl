@@ -1,0 +1,79 @@
+// Row-sparse updates (rlx_gpu/engine/sparse.py): one thread per (touched row, column) of one piece of a tensor;
+// elements outside the piece (a tensor split over chunks) are left to that piece's dispatch. torch's semantics:
+//   sparse_adam     torch.optim.SparseAdam (coalesced grad): m += (g - m)*(1-b1); v += (g*g - v)*(1-b2);
+//                   p += -step_size * m / (sqrt(v) + eps), step_size = lr * sqrt(1-b2^t) / (1-b1^t)
+//   sparse_adagrad  torch.optim.Adagrad's sparse branch (coalesced): sum += g*g; p = fma(-clr, g / (sqrt(sum) + eps), p)
+//   sparse_sgd      torch.optim.SGD without momentum: p = fma(-lr, g_k, p) for each entry k of the row, in order
+// sp_meta: [row length, rows, piece offset in the chunk, piece's first element in the tensor, piece length, negate,
+//        -, -, f0, f1, f2, f3, -, -, -, -], then the rows, then (sparse_sgd) each row's first entry and entry count.
+
+@group(0) @binding(0) var<storage, read_write> param: array<f32>;
+@group(0) @binding(1) var<storage, read_write> st_a: array<f32>;
+@group(0) @binding(2) var<storage, read_write> st_b: array<f32>;
+@group(0) @binding(3) var<storage, read> sp_meta: array<u32>;
+@group(0) @binding(4) var<storage, read> vals: array<f32>;
+
+const H: u32 = 16u;
+const NONE: u32 = 0xffffffffu;
+
+fn f(k: u32) -> f32 { return bitcast<f32>(sp_meta[8u + k]); }
+
+// The element of the chunk thread `gid` updates (NONE: none), and its (row slot, column).
+fn slot_of(gid: u32) -> vec3<u32> {
+    let L = sp_meta[0];
+    if (L == 0u || gid >= sp_meta[1] * L) { return vec3<u32>(NONE); }
+    let k = gid / L;
+    let col = gid % L;
+    let e = sp_meta[H + k] * L + col;
+    if (e < sp_meta[3] || e - sp_meta[3] >= sp_meta[4]) { return vec3<u32>(NONE); }
+    return vec3<u32>(sp_meta[2] + (e - sp_meta[3]), k, col);
+}
+
+fn grad(gid: u32) -> f32 { return select(vals[gid], -vals[gid], sp_meta[5] != 0u); }
+
+@compute @workgroup_size(256)
+fn sparse_adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let gid = (wid.x + wid.y * nwg.x) * 256u + lid;
+    let t = slot_of(gid);
+    if (t.x == NONE) { return; }
+    let j = t.x;
+    let g = grad(gid);
+    let m0 = st_a[j];
+    let m1 = m0 + (g - m0) * f(0u);
+    st_a[j] = m1;
+    let v0 = st_b[j];
+    let v1 = v0 + (g * g - v0) * f(1u);
+    st_b[j] = v1;
+    param[j] = param[j] + f(2u) * (m1 / (sqrt(v1) + f(3u)));
+}
+
+@compute @workgroup_size(256)
+fn sparse_adagrad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let gid = (wid.x + wid.y * nwg.x) * 256u + lid;
+    let t = slot_of(gid);
+    if (t.x == NONE) { return; }
+    let j = t.x;
+    let g = grad(gid);
+    let s = st_a[j] + g * g;
+    st_a[j] = s;
+    param[j] = fma(f(0u), g / (sqrt(s) + f(1u)), param[j]);
+}
+
+@compute @workgroup_size(256)
+fn sparse_sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let gid = (wid.x + wid.y * nwg.x) * 256u + lid;
+    let t = slot_of(gid);
+    if (t.x == NONE) { return; }
+    let L = sp_meta[0];
+    let n = sp_meta[1];
+    let first = sp_meta[H + n + t.y];
+    let count = sp_meta[H + 2u * n + t.y];
+    var p = param[t.x];
+    for (var q = 0u; q < count; q++) {
+        p = fma(f(0u), grad((first + q) * L + t.z), p);
+    }
+    param[t.x] = p;
+}
