@@ -31,14 +31,19 @@ fn slot_of(gid: u32) -> vec3<u32> {
 
 fn grad(gid: u32) -> f32 { return select(vals[gid], -vals[gid], sp_meta[5] != 0u); }
 
+// This thread's (element of the chunk, row slot, column, value index); x = NONE: nothing to do.
+fn start(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> vec4<u32> {
+    let gid = (wid.x + wid.y * nwg.x) * 256u + lid;
+    return vec4<u32>(slot_of(gid), gid);
+}
+
 @compute @workgroup_size(256)
 fn sparse_adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
-    let gid = (wid.x + wid.y * nwg.x) * 256u + lid;
-    let t = slot_of(gid);
+    let t = start(wid, nwg, lid);
     if (t.x == NONE) { return; }
     let j = t.x;
-    let g = grad(gid);
+    let g = grad(t.w);
     let m0 = st_a[j];
     let m1 = m0 + (g - m0) * f(0u);
     st_a[j] = m1;
@@ -51,11 +56,10 @@ fn sparse_adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 @compute @workgroup_size(256)
 fn sparse_adagrad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
-    let gid = (wid.x + wid.y * nwg.x) * 256u + lid;
-    let t = slot_of(gid);
+    let t = start(wid, nwg, lid);
     if (t.x == NONE) { return; }
     let j = t.x;
-    let g = grad(gid);
+    let g = grad(t.w);
     let s = st_a[j] + g * g;
     st_a[j] = s;
     param[j] = fma(f(0u), g / (sqrt(s) + f(1u)), param[j]);
@@ -64,8 +68,7 @@ fn sparse_adagrad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 @compute @workgroup_size(256)
 fn sparse_sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let gid = (wid.x + wid.y * nwg.x) * 256u + lid;
-    let t = slot_of(gid);
+    let t = start(wid, nwg, lid);
     if (t.x == NONE) { return; }
     let L = sp_meta[0];
     let n = sp_meta[1];

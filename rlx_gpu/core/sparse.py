@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RowSparse", "check_sparse", "split_sparse", "coalesce", "grouped", "densify"]
+__all__ = ["RowSparse", "check_sparse", "split_sparse", "coalesce", "grouped", "densify", "refuse_dense", "check_use"]
 
 
 class RowSparse:
@@ -83,3 +83,27 @@ def densify(idx: np.ndarray, vals: np.ndarray, shape: tuple) -> np.ndarray:
     out = np.zeros((shape[0], vals.shape[1]), np.float32)
     out[rows] = v
     return out.reshape(shape)
+
+
+def refuse_dense(owner: str, refusal, grads) -> None:
+    """SparseAdam takes only sparse grads (as torch's): ``refusal`` is what torch says, None where dense is fine."""
+    if refusal and (grads is None or grads):
+        which = "the grad slots" if grads is None else repr(next(iter(grads)))
+        raise ValueError(f"{owner}.step: {which}: {refusal}")
+
+
+def check_use(owner: str, spec, sparse: dict, groups, checked: bool, clip) -> None:
+    """Sparse grads at all: the optimizer takes them (``spec.sparse_kind`` or a dense route for the group), and the
+    step neither clips nor checks for inf/NaN (torch's clip and GradScaler take no sparse grads either)."""
+    first = next(iter(sparse))
+    if spec.sparse_kind is None and not any(spec.sparse_dense(g) for g in groups):
+        raise ValueError(f"{owner}.step: {owner} does not support sparse gradients (torch: {spec.sparse_refusal});"
+                         f" got one for {first!r}")
+    if checked or clip is not None:
+        raise ValueError(f"{owner}.step: sparse gradients ({first!r}) cannot be clipped or checked for inf/NaN "
+                         "(clip_grad_norm, skip_nonfinite, a loss scale); step them without")
+
+
+def storage_error(owner: str, name: str) -> ValueError:
+    return ValueError(f"{owner}.step: sparse grad for {name!r}: sparse updates need float32 params and float32, "
+                      "unquantized states")

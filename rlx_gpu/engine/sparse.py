@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.sparse import RowSparse, check_sparse, coalesce, densify, grouped
+from ..core.sparse import (RowSparse, check_sparse, check_use, coalesce, densify, grouped, refuse_dense,
+                           storage_error)
 from ..runtime.kernels import shipped_kernel
 
 H = 16  # header words of the meta buffer
@@ -16,22 +17,13 @@ class SparseMixin:
     """``step`` with :class:`RowSparse` grads on the GPU classes whose twin has a ``sparse_kind``."""
 
     def _refuse_dense(self, grads) -> None:
-        """SparseAdam takes only sparse grads (as torch's)."""
-        if self.spec.dense_refusal and (grads is None or grads):
-            which = "the grad slots" if grads is None else repr(next(iter(grads)))
-            raise ValueError(f"{type(self).__name__}.step: {which}: {self.spec.dense_refusal}")
+        refuse_dense(type(self).__name__, self.spec.dense_refusal, grads)
 
     def _split_sparse_grads(self, sparse: dict, check: bool) -> tuple[dict, dict]:
         """(grads for the dense step, {name: (rows, values)} for the sparse one): every sparse grad checked
         (shapes, rows, what the optimizer accepts) before anything changes."""
         name = type(self).__name__
-        kind = self.spec.sparse_kind
-        if kind is None:
-            raise ValueError(f"{name}.step: {name} does not support sparse gradients "
-                             f"(torch: {self.spec.sparse_refusal}); got one for {next(iter(sparse))!r}")
-        if check or self.clip_grad_norm is not None:
-            raise ValueError(f"{name}.step: sparse gradients ({next(iter(sparse))!r}) cannot be clipped or checked "
-                             "for inf/NaN (clip_grad_norm, skip_nonfinite, a loss scale); step them without")
+        check_use(name, self.spec, sparse, self.param_groups, check, self.clip_grad_norm)
         dense, out = {}, {}
         for n, g in sparse.items():
             if n not in self._index:
@@ -39,8 +31,7 @@ class SparseMixin:
             t = self._index[n]
             b, _ = self._where[t]
             if b.sig.param.name != "float32" or b.sig.state.name != "float32" or b.sig.qbits:
-                raise ValueError(f"{name}.step: sparse grad for {n!r}: sparse updates need float32 params and "
-                                 "float32, unquantized states")
+                raise storage_error(name, n)
             group = self.param_groups[self._group_of[t]]
             self.spec.check_sparse(n, group)
             if isinstance(g, DeviceRowSparse):

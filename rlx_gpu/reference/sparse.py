@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..core.sparse import check_sparse, coalesce, densify, grouped
+from ..core.sparse import check_sparse, check_use, coalesce, densify, grouped, refuse_dense, storage_error
 
 F32 = np.float32
 
@@ -48,28 +48,18 @@ class SparseTwin:
     """``step`` with RowSparse grads in the twins."""
 
     def _refuse_dense(self, grads) -> None:
-        """SparseAdam takes only sparse grads (as torch's)."""
-        if self.dense_refusal and (grads is None or grads):
-            which = "the grad slots" if grads is None else repr(next(iter(grads)))
-            raise ValueError(f"{type(self).__name__}.step: {which}: {self.dense_refusal}")
+        refuse_dense(type(self).__name__, self.dense_refusal, grads)
 
     def _split_sparse(self, sparse: dict, check: bool) -> tuple[dict, dict]:
         """(grads for the dense step, {name: (rows, values)} for the sparse one), everything checked first."""
         name = type(self).__name__
-        if self.sparse_kind is None and not any(self.sparse_dense(self.param_groups[self._group_of[n]])
-                                                for n in sparse if n in self._group_of):
-            raise ValueError(f"{name}.step: {name} does not support sparse gradients (torch: {self.sparse_refusal});"
-                             f" got one for {next(iter(sparse))!r}")
-        if check or self.clip_grad_norm is not None:
-            raise ValueError(f"{name}.step: sparse gradients ({next(iter(sparse))!r}) cannot be clipped or checked "
-                             "for inf/NaN (clip_grad_norm, skip_nonfinite, a loss scale); step them without")
+        check_use(name, self, sparse, self.param_groups, check, self.clip_grad_norm)
         dense, out = {}, {}
         for n, g in sparse.items():
             if n not in self.params:
                 raise KeyError(f"{name}.step: grad for unknown tensor {n!r}")
             if self.params[n].dtype != F32 or self._state_dt.name != "float32" or self._qbits(n):
-                raise ValueError(f"{name}.step: sparse grad for {n!r}: sparse updates need float32 params and "
-                                 "float32, unquantized states")
+                raise storage_error(name, n)
             group = self.param_groups[self._group_of[n]]
             self.check_sparse(n, group)
             idx, vals = check_sparse(name, n, g, self._shapes[n])
