@@ -80,3 +80,30 @@ fn sparse_sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     }
     param[t.x] = p;
 }
+
+// sparse_adam over four columns per thread, for rows whose length is a multiple of 4 (embedding tables): the same
+// arithmetic as sparse_adam, lane by lane, with a quarter of the index work. (Its bindings alias sparse_adam's;
+// WGSL allows that across entry points.)
+@group(0) @binding(0) var<storage, read_write> param4: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> st_a4: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> st_b4: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> vals4: array<vec4<f32>>;
+
+@compute @workgroup_size(256)
+fn sparse_adam4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let gid = (wid.x + wid.y * nwg.x) * 256u + lid;  // (a vec4 of the values: row slot, column / 4)
+    let L4 = sp_meta[0] / 4u;
+    if (L4 == 0u || gid >= sp_meta[1] * L4) { return; }
+    let e = sp_meta[H + gid / L4] * sp_meta[0] + 4u * (gid % L4);
+    if (e < sp_meta[3] || e - sp_meta[3] >= sp_meta[4]) { return; }
+    let j = (sp_meta[2] + (e - sp_meta[3])) / 4u;
+    let g = select(vals4[gid], -vals4[gid], sp_meta[5] != 0u);
+    let m0 = st_a4[j];
+    let m1 = m0 + (g - m0) * f(0u);
+    st_a4[j] = m1;
+    let v0 = st_b4[j];
+    let v1 = v0 + (g * g - v0) * f(1u);
+    st_b4[j] = v1;
+    param4[j] = param4[j] + f(2u) * (m1 / (sqrt(v1) + f(3u)));
+}

@@ -116,6 +116,7 @@ def _row(rlx_gpu, dev, timer, torch, args, oname, precision, sname, base, budget
            "bytes_per_step": moved, "gbps": moved / t / 1e9, "copy_gbps": copy_gbps,
            "frac_of_copy": moved / t / 1e9 / copy_gbps, "torch_ms": None, "torch_impl": None,
            "ratio_vs_torch": None, "numpy_ms": None, "ratio_vs_numpy": None, "adapter": dev.name}
+    row["state_bytes_per_param"] = opt.memory()["state_per_param"]
     if oname == "adamw" and precision == "fp32" and not args.no_host:
         row.update(host_path(dev, opt, shapes))
     del opt

@@ -63,9 +63,11 @@ def check_sparse(owner: str, name: str, g: RowSparse, shape: tuple) -> tuple[np.
 
 def coalesce(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unique rows (ascending) and their values, duplicates summed in the order given (torch's coalesce)."""
-    rows, inv = np.unique(idx, return_inverse=True)
-    out = np.zeros((rows.size, vals.shape[1]), np.float32)
-    np.add.at(out, inv, vals)
+    rows, starts, counts, v = grouped(idx, vals)
+    out = v[starts].copy()
+    for k in range(1, int(counts.max(initial=1))):  # (left to right within each row, one pass per repeat)
+        sel = counts > k
+        out[sel] += v[starts[sel] + k]
     return rows, out
 
 

@@ -58,65 +58,87 @@ class SparseMixin:
                              "grads go through the dense step (SGD with momentum); pass the RowSparse to step")
         return {n: self._prepare(n, idx, vals) for n, (idx, vals) in checked.items()}
 
-    def _prepare(self, n: str, idx, vals) -> "DeviceRowSparse":
+    def _prepare(self, n: str, idx, vals, reuse=None) -> "DeviceRowSparse":
+        """Rows, values and per-piece meta on the device (into ``reuse``'s buffers when they are large enough: a
+        host RowSparse each step reuses its tensor's; their transfers go through the batched upload path)."""
         t = self._index[n]
         b, i = self._where[t]
-        kind = self.spec.sparse_kind
-        if kind == "sgd":
+        if self.spec.sparse_kind == "sgd":
             rows, starts, counts, vals = grouped(idx, vals)
             extra = [starts, counts]
         else:
             rows, vals = coalesce(idx, vals)
             extra = []
         L = vals.shape[1]
-        vbuf = self.device.buffer(4 * max(1, vals.size), f"{n}.sparse values", data=np.ascontiguousarray(vals))
-        pieces = []
+        metas = []
         for (c, off, ln, toff) in b.layout.pieces[i]:
             head = np.zeros(H, np.uint32)
             head[:5] = [L, rows.size, off, toff, ln]
-            meta = np.concatenate([head, rows.astype(np.uint32)] + [e.astype(np.uint32) for e in extra])
-            pieces.append((c, self.device.buffer(4 * meta.size, f"{n}.sparse meta", data=meta)))
+            metas.append((c, np.concatenate([head, rows.astype(np.uint32)] + [e.astype(np.uint32) for e in extra])))
+        if reuse is None or reuse.values.size < 4 * vals.size or any(
+                m.size * 4 > mb.size for (_, m), (_, mb) in zip(metas, reuse.pieces)):
+            vbuf = self.device.buffer(4 * max(1, vals.size), f"{n}.sparse values")
+            pieces = [(c, self.device.buffer(4 * m.size, f"{n}.sparse meta")) for c, m in metas]
+        else:
+            vbuf, pieces = reuse.values, reuse.pieces
+        items = [(vbuf, 0, np.ascontiguousarray(vals).reshape(-1).view(np.uint8))] if vals.size else []
+        items += [(mb, 0, m.view(np.uint8)) for (_, m), (_, mb) in zip(metas, pieces)]
+        self.device.transfer.upload(items)
         return DeviceRowSparse(self, n, rows.size, L, vbuf, pieces)
 
     def _sparse_step(self, sparse: dict) -> None:
         """Apply checked sparse grads (``{name: (rows, values)}`` or DeviceRowSparse): one command buffer, one
-        dispatch per tensor piece. The scalars (lr, step, maximize) go in the first words of each meta buffer."""
-        kind = self.spec.sparse_kind
-        states = self.spec.sparse_states
-        for s in states:
-            self._ensure(s)
-        k = shipped_kernel(self.device, "sparse.wgsl", f"sparse_{kind}")
+        dispatch per tensor piece. The scalars (lr, step, maximize) go in words 5..11 of each meta buffer."""
         enc = self.device.device.create_command_encoder()
+        reuse = self.__dict__.setdefault("_sparse_reuse", {})  # a host RowSparse's buffers, per tensor
         for n, g in sparse.items():
             t = self._index[n]
+            self._steps[t] = min(int(self._steps[t]) + 1, 2 ** 53)
+            self._materialized[t] = self._materialized[t] | frozenset(self.spec.sparse_states)
+            if not isinstance(g, DeviceRowSparse):
+                g = reuse[n] = self._prepare(n, *g, reuse=reuse.get(n))
+            self._encode_sparse(enc, g, write=True)
+        self._submit(enc)
+
+    def _encode_sparse(self, enc, g: "DeviceRowSparse", write: bool) -> None:
+        """Record one tensor's sparse dispatches (``write``: its scalars for its current step count first)."""
+        if not g.rows:
+            return
+        kind, states = self.spec.sparse_kind, self.spec.sparse_states
+        for s in states:
+            self._ensure(s)
+        t = self._index[g.name]
+        if write:
             group = self.param_groups[self._group_of[t]]
-            step = min(int(self._steps[t]) + 1, 2 ** 53)
-            self._steps[t] = step
-            self._materialized[t] = self._materialized[t] | frozenset(states)
-            prep = g if isinstance(g, DeviceRowSparse) else self._prepare(n, *g)
-            if not prep.rows:
-                continue
-            f = self.spec.sparse_scalars(group, step, self._scale[t])
+            f = self.spec.sparse_scalars(group, int(self._steps[t]), self._scale[t])
             words = np.concatenate([[int(bool(group.get("maximize", False)))], np.zeros(2, np.uint32),
                                     np.array(f + [0.0] * (4 - len(f)), np.float32).view(np.uint32)]).astype(np.uint32)
-            b, _ = self._where[t]
-            for c, mbuf in prep.pieces:
-                self.device.queue.write_buffer(mbuf, 4 * 5, words)  # (header words 5..11)
-                bufs = {"param": b.param.buffers[c], "sp_meta": mbuf, "vals": prep.values}
+            for _, mbuf in g.pieces:
+                self.device.queue.write_buffer(mbuf, 4 * 5, words)
+        v4 = "4" if kind == "adam" and g.L % 4 == 0 else ""  # (four columns a thread where rows allow it)
+        k = shipped_kernel(self.device, "sparse.wgsl", f"sparse_{kind}{v4}")
+        b, _ = self._where[t]
+        key = tuple(id(b.states[s]) for s in states)
+        if g.binds is None or g.binds[0] != key:  # (made once; again only if a state arena was remade)
+            binds = []
+            for c, mbuf in g.pieces:
+                bufs = {"param" + v4: b.param.buffers[c], "sp_meta": mbuf, "vals" + v4: g.values}
                 for s, name in zip(states, ("st_a", "st_b")):
-                    bufs[name] = b.states[s].buffers[c]
-                k.dispatch(enc, k.bind(bufs), -(-prep.rows * prep.L // 256))
-        self._submit(enc)
+                    bufs[name + v4] = b.states[s].buffers[c]
+                binds.append(k.bind(bufs))
+            g.binds = (key, binds)
+        for bind in g.binds[1]:
+            k.dispatch(enc, bind, -(-g.rows * (g.L // 4 if v4 else g.L) // 256))
 
 
 class DeviceRowSparse(RowSparse):
     """A sparse grad already on the device (:meth:`upload_sparse`): its rows, row length and buffers."""
 
-    __slots__ = ("opt", "name", "rows", "L", "pieces")
+    __slots__ = ("opt", "name", "rows", "L", "pieces", "binds")
 
     def __init__(self, opt, name, rows, L, values, pieces):
         super().__init__(None, values)
-        self.opt, self.name, self.rows, self.L, self.pieces = opt, name, rows, L, pieces
+        self.opt, self.name, self.rows, self.L, self.pieces, self.binds = opt, name, rows, L, pieces, None
 
     def __repr__(self):
         return f"DeviceRowSparse({self.name!r}, {self.rows} rows of {self.L})"
