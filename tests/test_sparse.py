@@ -174,3 +174,19 @@ def test_from_torch_embedding(device):
         gpu.step({"w": rlx_gpu.RowSparse.from_torch(emb.weight.grad)})
         to.step()
     np.testing.assert_allclose(gpu.params["w"].numpy(), emb.weight.detach().numpy(), rtol=2e-6, atol=1e-7)
+
+
+def test_torch_drop_in_takes_sparse_grads(device):
+    """rlx_gpu.torch.SparseAdam over nn.Embedding(sparse=True): its sparse .grad is taken as a RowSparse."""
+    emb = torch.nn.Embedding(20, 4, sparse=True)
+    ref = torch.nn.Embedding(20, 4, sparse=True)
+    ref.load_state_dict(emb.state_dict())
+    ours = rlx_gpu.torch.SparseAdam(emb.parameters(), lr=0.01, device=device)
+    theirs = torch.optim.SparseAdam(ref.parameters(), lr=0.01)
+    x = torch.tensor([[1, 2, 2, 7], [3, 1, 1, 1]])
+    for _ in range(4):
+        for m, o in ((emb, ours), (ref, theirs)):
+            o.zero_grad()
+            m(x).pow(2).sum().backward()
+            o.step()
+    np.testing.assert_allclose(emb.weight.detach().numpy(), ref.weight.detach().numpy(), rtol=2e-6, atol=1e-7)

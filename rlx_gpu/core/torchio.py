@@ -144,7 +144,9 @@ class TorchParams:
         if not self._torch:
             return loss, grads
         if grads is None:  # (first: a grad that cannot be used is an error before anything is uploaded)
-            grads = {n: numpy_view(type(self).__name__, n, t.grad, "grad of")
+            from .sparse import RowSparse  # (a sparse .grad, nn.Embedding(sparse=True)'s, as a RowSparse)
+            grads = {n: (RowSparse.from_torch(t.grad) if t.grad.is_sparse
+                         else numpy_view(type(self).__name__, n, t.grad, "grad of"))
                      for n, t in self._torch.items() if t.grad is not None}
         changed = {n: t for n, t in self._torch.items() if (t._version, t.data_ptr()) != self._torch_seen[n]}
         if changed:

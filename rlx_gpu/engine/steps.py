@@ -74,7 +74,9 @@ class StepMixin(GateMixin):
         (``last_step_skipped``). ``loss_scale``: a device loss scale (see :mod:`rlx_gpu.engine.steps`); the
         kernels multiply the grads by 1/scale read on the device. Built from torch tensors (``model.parameters()``):
         ``None`` takes each tensor's ``.grad`` and the tensors hold the new values afterwards
-        (:mod:`rlx_gpu.core.torchio`). ``closure`` (or a callable as ``grads``): called first, as torch's."""
+        (:mod:`rlx_gpu.core.torchio`; a sparse ``.grad`` is taken as a RowSparse). ``closure`` (or a callable as
+        ``grads``): called first, as torch's. A grad may be a :class:`rlx_gpu.RowSparse` (some rows of the
+        tensor) on the optimizers that take them (:mod:`rlx_gpu.engine.sparse`)."""
         loss, grads = self._torch_prologue(grads, closure)
         check = self.skip_nonfinite or loss_scale is not None
         grads, sparse = split_sparse(grads)  # RowSparse grads: rlx_gpu.engine.sparse
