@@ -107,7 +107,8 @@ def shipped() -> list:
     t = engine_text("gate.wgsl", record)
     out.append(Source(d / "gate.wgsl", t.text(), t.origin, ["choose", "gate_step"], {}, "AdamW's records"))
     wg, ept = COPY_VARIANTS[0]
-    for f, consts in (("amp.wgsl", {}), ("copy.wgsl", {"WG": wg, "EPT": ept}), ("sparse.wgsl", {})):
+    for f, consts in (("amp.wgsl", {}), ("copy.wgsl", {"WG": wg, "EPT": ept}), ("sparse.wgsl", {}), ("gemm.wgsl", {}),
+                      ("muon.wgsl", {})):
         code, origin = src.resolve(d / f)
         out.append(Source(d / f, code, origin, src.entry_points(code), consts))
     return out

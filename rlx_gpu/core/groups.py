@@ -76,6 +76,9 @@ def validate_group(owner: str, group: dict, defaults: dict) -> None:
                 elif name == "nus":  # QHAdam's interpolation weights: [0, 1]
                     if not (ok and 0.0 <= b <= 1.0):
                         raise ValueError(f"Invalid nu parameter at index {i}: {b}")
+                elif name == "ns_coefficients":  # Muon's Newton-Schulz polynomial: any finite numbers
+                    if not (ok and _finite(b)):
+                        raise ValueError(f"Invalid ns_coefficients value at index {i}: {b}")
                 elif not (ok and 0.0 <= b < 1.0):
                     raise ValueError(f"Invalid beta parameter at index {i}: {b}")
         elif isinstance(default, Real):

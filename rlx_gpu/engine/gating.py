@@ -31,6 +31,12 @@ class Outcome:
 class GateMixin:
     """Snapshots of the host state, settling outcomes, and the gate passes of the GPU optimizers."""
 
+    def _max_dispatches(self) -> int:
+        """The most dispatches a step records: every pass over every chunk of every bucket, plus the clip passes
+        (an optimizer that records its own, Muon, says how many)."""
+        chunks = sum(b.layout.num_chunks for b in self.buckets)
+        return (len(self.passes) + 3) * chunks + 8
+
     def _snapshot(self):
         """(step counts, scalar states, materialized state names, last step skipped): the host state."""
         return (self._steps.copy(), {k: v.copy() for k, v in self._scalars.items()},
@@ -67,9 +73,7 @@ class GateMixin:
     def _gate_buffers(self):
         if not hasattr(self, "_gate"):
             u = self.device.wgpu.BufferUsage
-            # the most dispatches a step records: every pass over every chunk of every bucket, plus the clip passes
-            chunks = sum(b.layout.num_chunks for b in self.buckets)
-            self._gate_cap = (len(self.passes) + 3) * chunks + 8
+            self._gate_cap = self._max_dispatches()
             self._gate = self.device.buffer(16 + 12 * self._gate_cap, f"{type(self).__name__}.gate",
                                             usage=u.STORAGE | u.INDIRECT | u.COPY_DST | u.COPY_SRC)
             self._cand = self.device.buffer(2 * self._hyper.size, f"{type(self).__name__}.records")

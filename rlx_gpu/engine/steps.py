@@ -145,6 +145,7 @@ class StepMixin(GateMixin):
             scalars = {k: np.where(active, self._pending[k], v) for k, v in self._scalars.items()}
             nexts.append((steps, scalars, mat, False))
         all_active = bool(active.all())
+        self._active = active  # (which tensors have a grad this step: for optimizers that record their own work)
         if not check:
             self.device.queue.write_buffer(self._hyper, 0, recs[0])
             cp = ComputePass(enc)

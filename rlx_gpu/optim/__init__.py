@@ -5,6 +5,7 @@ from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .lamb import LAMB
 from .lion import Lion
+from .muon import Muon
 from .mars import Mars
 from .nadam import NAdamW
 from .qhadam import QHAdamW
@@ -15,4 +16,4 @@ from .sophia import SophiaH
 from .sparse_adam import SparseAdam
 
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH",
-           "Mars", "Adafactor", "SparseAdam"]
+           "Mars", "Adafactor", "SparseAdam", "Muon"]

@@ -7,6 +7,7 @@ from .adam import Adam, AdamW
 from .base import ReferenceOptimizer
 from .lamb import LAMB
 from .lion import Lion
+from .muon import Muon
 from .mars import Mars
 from .nadam import NAdamW
 from .qhadam import QHAdamW
@@ -17,4 +18,4 @@ from .sophia import SophiaH
 from .sparse_adam import SparseAdam
 
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars", "Adafactor",
-           "SparseAdam", "ReferenceOptimizer"]
+           "SparseAdam", "Muon", "ReferenceOptimizer"]

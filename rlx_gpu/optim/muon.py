@@ -1,0 +1,114 @@
+"""Muon on the GPU: ``shaders/muon.wgsl`` for the momentum and the update, and Newton-Schulz on the matrices of
+each shape batched in one set of GEMM dispatches (``rlx_gpu.linalg``), all in the step's one compute pass."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import linalg
+from ..engine import Optimizer
+from ..reference import muon as ref
+from ..runtime.kernels import shipped_kernel
+
+REC_BYTES = 256  # one scalar record per tensor piece, at a storage-offset-aligned stride
+
+
+class Muon(Optimizer):
+    """Muon (Jordan et al. 2024): torch.optim.Muon's semantics and defaults, Newton-Schulz in float32.
+
+        b = lerp(b, g, 1 - momentum);  u = lerp(g, b, momentum) if nesterov else b;  u = NS(u)
+        p *= 1 - lr * weight_decay;  p -= adjusted_lr * u
+
+    Newton-Schulz (``rlx_gpu.linalg.newton_schulz_orth``): X = u / max(|u|_F, eps) (transposed when rows > cols),
+    then ``ns_steps`` times A = X X^T, B = b A + c A A, X = a X + B X. torch runs it in bfloat16 on tensor cores;
+    here it is float32 GEMMs (the float16 path is not built). 2-D float32 tensors only (others: ValueError; route
+    them to AdamW). The matrices of one shape are orthogonalised in one batched set of dispatches.
+
+    Args:
+        params: dict name -> 2-D float32 array, torch tensors, or a list of param-group dicts.
+        lr (1e-3).  weight_decay (0.1, decoupled).  momentum (0.95).  nesterov (True).
+        ns_coefficients ((3.4445, -4.775, 2.0315)).  eps (1e-7).  ns_steps (5).
+        adjust_lr_fn (None = "original": lr * sqrt(max(1, rows / cols)); "match_rms_adamw": lr * 0.2 *
+        sqrt(max(rows, cols))).
+    State (torch's names): step, momentum_buffer.
+    """
+    spec = ref.Muon
+    shader = ""  # (no generated module: shaders/muon.wgsl and shaders/gemm.wgsl, recorded by _encode below)
+    passes = ()
+
+    def __init__(self, params, *args, **kwargs):
+        super().__init__(params, *args, **kwargs)
+        name = type(self).__name__
+        self.spec.check_shapes(name, self._shapes)
+        for n, d in zip(self._names, self._dtypes):
+            if d.name != "float32" or self.precision["state_dtype"] != "float32":
+                raise ValueError(f"{name}: {n!r} is {d.name} (state {self.precision['state_dtype']}); Muon keeps "
+                                 "float32 params and state")
+        shapes = sorted({self._shapes[n] for n in self._names})
+        self._groups = {s: [t for t, n in enumerate(self._names) if self._shapes[n] == s] for s in shapes}
+        dev = self.device
+        self._scratch = {s: dev.buffer(4 * len(ts) * s[0] * s[1], f"Muon.scratch{s}") for s, ts in self._groups.items()}
+        self._rec, r = [], 0  # each tensor's first scalar record (one per piece), fixed: bind groups are kept
+        for b, i in self._where:
+            self._rec.append(r)
+            r += len(b.layout.pieces[i])
+        self._mp = dev.buffer(REC_BYTES * r, "Muon.scalars")
+        self._keep: list = []
+
+    def fill(self, g, t, fresh, sel):
+        return {}, {}
+
+    def _max_dispatches(self) -> int:
+        pieces = sum(len(b.layout.pieces[i]) for b, i in self._where)
+        steps = max(g["ns_steps"] for g in self.param_groups)
+        return 2 * pieces + len(self._groups) * linalg.ns_dispatches(steps) + 8
+
+    def _encode(self, enc) -> None:
+        """Momentum into the shape's scratch, Newton-Schulz batched per shape (and per group's settings), update."""
+        dev, keep = self.device, []
+        self._ensure("momentum_buffer")
+        gm_word = len(self._names) * self.record.size + self.record.global_word("grad_mul")
+        words = np.zeros((self._mp.size // 4,), np.uint32)
+        jobs = []
+        for shape, ts in self._groups.items():
+            active = [t for t in ts if self._active[t]]
+            by_setting: dict = {}
+            for t in active:
+                g = self.param_groups[self._group_of[t]]
+                by_setting.setdefault((g["ns_steps"], tuple(g["ns_coefficients"]), g["eps"]), []).append(t)
+            base = 0
+            for (steps, coeffs, eps), members in by_setting.items():
+                rows = []
+                for slot, t in enumerate(members):
+                    g = self.param_groups[self._group_of[t]]
+                    lr = g["lr"] * self._scale[t]
+                    adj = ref.adjusted_lr(lr, g["adjust_lr_fn"], shape)
+                    b, i = self._where[t]
+                    for r, (c, off, ln, toff) in enumerate(b.layout.pieces[i], self._rec[t]):
+                        w = r * REC_BYTES // 4
+                        words[w:w + 5] = [ln, off, (base + slot) * shape[0] * shape[1] + toff, int(g["nesterov"]), gm_word]
+                        words[w + 5:w + 9] = np.array([1 - g["momentum"], g["momentum"], 1 - lr * g["weight_decay"],
+                                                       -adj], np.float32).view(np.uint32)
+                        rows.append((r, b, c, ln))
+                jobs.append((shape, base, len(members), steps, coeffs, eps, rows))
+                base += len(members)
+        dev.queue.write_buffer(self._mp, 0, words)
+        km = shipped_kernel(dev, "muon.wgsl", "muon_momentum")
+        ka = shipped_kernel(dev, "muon.wgsl", "muon_apply")
+        for shape, base, count, steps, coeffs, eps, rows in jobs:
+            scratch = self._scratch[shape]
+            for (r, b, c, ln) in rows:
+                km.dispatch(enc, self._mbind(km, r, b, c, scratch), -(-ln // 256))
+            linalg.ns_encode(dev, enc, scratch, base * shape[0] * shape[1], count, shape[0], shape[1], steps, coeffs,
+                             eps, keep)
+            for (r, b, c, ln) in rows:
+                ka.dispatch(enc, self._mbind(ka, r, b, c, scratch), -(-ln // 256))
+        self._keep = keep  # (the parameter buffers of this step's GEMMs, until the next step)
+
+    def _mbind(self, k, r, b, c, scratch):
+        key = ("muon", k.entry, r, id(scratch), id(b.states.get("momentum_buffer")))
+        if key not in self._binds:
+            self._binds[key] = k.bind({"hyper": self._hyper, "grad": b.grad.buffers[c],
+                                       "buf": b.states["momentum_buffer"].buffers[c], "param": b.param.buffers[c],
+                                       "scratch": scratch,
+                                       "mp": (self._mp, r * REC_BYTES, REC_BYTES)})
+        return self._binds[key]

@@ -1,0 +1,139 @@
+"""rlx_gpu.linalg (batched GEMM, Newton-Schulz) against NumPy, and Muon: the twin against torch.optim.Muon with its
+Newton-Schulz in float32 (torch runs it in bfloat16), the GPU against the twin, and everything around the step.
+
+Tolerances: GEMM |gpu - float64| <= 2e-5 * max(1, max|ref|) (float32 sums of up to 200 terms in another order);
+Newton-Schulz (5 steps) 5e-6 absolute (its entries are O(1)); Muon params 2e-6 and momentum buffers 1e-6 after 10
+steps, twin vs torch and GPU vs twin (the NS sums run in other orders; the momentum is elementwise and exact)."""
+import numpy as np
+import pytest
+
+import rlx_gpu
+from rlx_gpu import linalg
+from rlx_gpu.reference.muon import newton_schulz_np
+from helpers import snapshot
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("M,K,N,batch", [(64, 64, 64, None), (100, 37, 130, None), (5, 200, 3, 12), (1, 1, 1, 1),
+                                         (130, 70, 65, 2), (64, 1, 64, None)])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_matmul_against_numpy(M, K, N, batch, ta, tb, device):
+    rng = np.random.default_rng(M + K + N)
+    sa, sb = ((K, M) if ta else (M, K)), ((N, K) if tb else (K, N))
+    if batch:
+        sa, sb = (batch, *sa), (batch, *sb)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    ref = (np.swapaxes(a, -1, -2) if ta else a).astype(np.float64) @ (np.swapaxes(b, -1, -2) if tb else b)
+    got = linalg.matmul(a, b, transpose_a=ta, transpose_b=tb, device=device)
+    assert got.shape == ref.shape and got.dtype == np.float32
+    assert np.abs(got - ref).max() <= 2e-5 * max(1.0, np.abs(ref).max())
+
+
+def test_matmul_device_tensors_and_errors(device):
+    rng = np.random.default_rng(1)
+    opt = rlx_gpu.SGD({"a": rng.standard_normal((30, 20)).astype(np.float32),
+                       "b": rng.standard_normal((20, 10)).astype(np.float32)}, device=device)
+    out = linalg.matmul(opt.params["a"], opt.params["b"])
+    assert isinstance(out, rlx_gpu.DeviceTensor) and out.shape == (30, 10)
+    np.testing.assert_allclose(out.numpy(), opt.params["a"].numpy() @ opt.params["b"].numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        linalg.matmul(np.ones((3, 4), np.float32), np.ones((5, 2), np.float32), device=device)
+    with pytest.raises(TypeError, match="float32"):
+        linalg.matmul(np.ones((3, 4)), np.ones((4, 2), np.float32), device=device)
+    with pytest.raises(ValueError, match="ns_steps"):
+        linalg.newton_schulz_orth(np.ones((3, 4), np.float32), ns_steps=100, device=device)
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (100, 30), (30, 100), (130, 70), (3, 5, 7), (12, 20, 33), (1, 1, 9)])
+def test_newton_schulz_against_numpy(shape, device):
+    g = np.random.default_rng(len(shape) + shape[-1]).standard_normal(shape).astype(np.float32)
+    got = linalg.newton_schulz_orth(g, device=device)
+    ref = np.stack([newton_schulz_np(x) for x in g]) if g.ndim == 3 else newton_schulz_np(g)
+    assert np.abs(got - ref).max() <= 5e-6
+    sv = np.linalg.svd(got.reshape(-1, *shape[-2:])[0], compute_uv=False)
+    assert sv.max() < 1.5 and (min(shape[-2:]) == 1 or sv.min() > 0.2)  # Muon's "roughly orthogonal"
+
+
+def _ns32(grad, ns_coefficients, ns_steps, eps):
+    """torch.optim._muon._zeropower_via_newtonschulz in float32 (the oracle the issue names)."""
+    import torch
+    a, b, c = ns_coefficients
+    x = grad.float()
+    tall = grad.size(0) > grad.size(1)
+    if tall:
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(ns_steps):
+        g = x @ x.T
+        x = torch.addmm(x, torch.addmm(g, g, g, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
+
+
+SHAPES = {"a": (40, 24), "b": (24, 40), "c": (40, 24), "d": (130, 70)}
+
+
+@pytest.mark.parametrize("opts", [{}, {"nesterov": False, "adjust_lr_fn": "match_rms_adamw", "weight_decay": 0.0},
+                                  {"momentum": 0.9, "ns_steps": 3, "adjust_lr_fn": "original"}])
+def test_muon_against_torch_and_twin(opts, device, monkeypatch):
+    torch = pytest.importorskip("torch", reason="torch.optim.Muon is the oracle")
+    import torch.optim._muon as tm
+    monkeypatch.setattr(tm, "_zeropower_via_newtonschulz", _ns32)
+    rng = np.random.default_rng(3)
+    params = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
+    tps = {k: torch.nn.Parameter(torch.tensor(v)) for k, v in params.items()}
+    to = torch.optim.Muon(list(tps.values()), lr=0.02, **opts)
+    twin = rlx_gpu.reference.Muon(params, lr=0.02, **opts)
+    gpu = rlx_gpu.Muon(params, lr=0.02, **opts, device=device)
+    for s in range(10):
+        g = {k: rng.standard_normal(v).astype(np.float32) for k, v in SHAPES.items() if not (s == 3 and k == "c")}
+        for k, t in tps.items():
+            t.grad = torch.tensor(g[k]) if k in g else None
+        to.step()
+        twin.step(g)
+        gpu.step(g)
+    sd = gpu.state_dict()["state"]
+    for k, t in tps.items():
+        np.testing.assert_allclose(twin.params[k], t.detach().numpy(), rtol=0, atol=2e-6, err_msg=f"twin {k}")
+        np.testing.assert_allclose(twin.state[k]["momentum_buffer"], to.state[t]["momentum_buffer"].numpy(),
+                                   rtol=0, atol=1e-6)
+        np.testing.assert_allclose(gpu.params[k].numpy(), twin.params[k], rtol=0, atol=2e-6, err_msg=f"gpu {k}")
+        np.testing.assert_allclose(sd[k]["momentum_buffer"], twin.state[k]["momentum_buffer"], rtol=0, atol=1e-6)
+        assert sd[k]["step"] == twin.state[k]["step"] == (9 if k == "c" else 10)
+
+
+def test_muon_around_the_step(device, tmp_path):
+    """Clip, an inf step skipped (nothing changes), GradScaler, lr_scale, a schedule, checkpoint resume bit for bit,
+    and tensors that are not 2-D refused with their names."""
+    rng = np.random.default_rng(4)
+    params = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
+    kw = dict(lr=0.02, clip_grad_norm=5.0, skip_nonfinite=True, lr_scale={"b": 0.5})
+    gpu, twin = rlx_gpu.Muon(params, **kw, device=device), rlx_gpu.reference.Muon(params, **kw)
+    sched = rlx_gpu.schedules.StepLR(gpu, step_size=2, gamma=0.5)
+    for s in range(6):
+        g = {k: rng.standard_normal(v).astype(np.float32) for k, v in SHAPES.items()}
+        if s == 2:
+            g["d"][0, 0] = np.inf
+            before = snapshot(gpu)
+        twin.set_lr(gpu.param_groups[0]["lr"])
+        gpu.step(g)
+        twin.step(g)
+        sched.step()
+        if s == 2:
+            assert gpu.last_step_skipped and twin.last_step_skipped and snapshot(gpu) == before
+    for k in SHAPES:
+        np.testing.assert_allclose(gpu.params[k].numpy(), twin.params[k], rtol=0, atol=2e-6, err_msg=k)
+    path = tmp_path / "m.npz"
+    gpu.save(path)
+    again = rlx_gpu.Optimizer.load(path, device=device)
+    g = {k: rng.standard_normal(v).astype(np.float32) for k, v in SHAPES.items()}
+    gpu.step(g)
+    again.step(g)
+    assert snapshot(again) == snapshot(gpu)
+    scaler = rlx_gpu.GradScaler(init_scale=4.0)
+    scaler.step(gpu, {k: v * np.float32(4.0) for k, v in g.items()})
+    scaler.update()
+    with pytest.raises(ValueError, match=r"'bias' has shape \(3,\)"):
+        rlx_gpu.Muon({"w": np.ones((3, 3), np.float32), "bias": np.ones(3, np.float32)}, device=device)
+    with pytest.raises(ValueError, match="adjust_lr_fn"):
+        rlx_gpu.Muon(params, adjust_lr_fn="x", device=device)
