@@ -15,20 +15,6 @@ const TK: u32 = 16u;
 var<workgroup> As: array<f32, 1024>;  // [k][m]
 var<workgroup> Bs: array<f32, 1024>;  // [k][n]
 
-fn op_a(bt: u32, m: u32, k: u32) -> f32 {
-    let M = prm[0]; let K = prm[2];
-    if (m >= M || k >= K) { return 0.0; }
-    let base = prm[5] + bt * prm[8];
-    return A[base + select(m * K + k, k * M + m, prm[3] != 0u)];
-}
-
-fn op_b(bt: u32, k: u32, n: u32) -> f32 {
-    let N = prm[1]; let K = prm[2];
-    if (n >= N || k >= K) { return 0.0; }
-    let base = prm[6] + bt * prm[9];
-    return B[base + select(k * N + n, n * K + k, prm[4] != 0u)];
-}
-
 @compute @workgroup_size(16, 16)
 fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -39,15 +25,28 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let bt = g / per;
     let m0 = ((g % per) / prm[13]) * TM;
     let n0 = ((g % per) % prm[13]) * TM;
-    let K = prm[2];
-    var acc: array<vec4<f32>, 4>;
+    let M = prm[0]; let N = prm[1]; let K = prm[2];
+    let ta = prm[3] != 0u; let tb = prm[4] != 0u;
+    let abase = prm[5] + bt * prm[8];
+    let bbase = prm[6] + bt * prm[9];
+    var acc0 = vec4<f32>(0.0); var acc1 = vec4<f32>(0.0); var acc2 = vec4<f32>(0.0); var acc3 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < K; k0 = k0 + TK) {
+        // tile loads with neighbouring threads on neighbouring addresses: along k where a row of the stored
+        // matrix runs along k (A as (M, K), B transposed as (N, K)), else along m or n
         for (var r = 0u; r < 4u; r++) {
             let idx = li + r * 256u;
-            let kk = idx / TM;
-            let xx = idx % TM;
-            As[idx] = op_a(bt, m0 + xx, k0 + kk);
-            Bs[idx] = op_b(bt, k0 + kk, n0 + xx);
+            let kk = select(idx / TM, idx % TK, !ta);
+            let xx = select(idx % TM, idx / TK, !ta);
+            let m = m0 + xx; let k = k0 + kk;
+            var va = 0.0;
+            if (m < M && k < K) { va = A[abase + select(m * K + k, k * M + m, ta)]; }
+            As[kk * TM + xx] = va;
+            let kb = select(idx / TM, idx % TK, tb);
+            let yb = select(idx % TM, idx / TK, tb);
+            let n = n0 + yb; let k2 = k0 + kb;
+            var vb = 0.0;
+            if (n < N && k2 < K) { vb = B[bbase + select(k2 * N + n, n * K + k2, tb)]; }
+            Bs[kb * TM + yb] = vb;
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
@@ -55,27 +54,34 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                               As[kk * TM + lid.y * 4u + 3u]);
             let b = vec4<f32>(Bs[kk * TM + lid.x * 4u], Bs[kk * TM + lid.x * 4u + 1u], Bs[kk * TM + lid.x * 4u + 2u],
                               Bs[kk * TM + lid.x * 4u + 3u]);
-            acc[0] = acc[0] + a.x * b;
-            acc[1] = acc[1] + a.y * b;
-            acc[2] = acc[2] + a.z * b;
-            acc[3] = acc[3] + a.w * b;
+            acc0 = acc0 + a.x * b;
+            acc1 = acc1 + a.y * b;
+            acc2 = acc2 + a.z * b;
+            acc3 = acc3 + a.w * b;
         }
         workgroupBarrier();
     }
+    // (the accumulators stay in registers: no dynamic index into them)
+    let mr = m0 + lid.y * 4u;
+    let nc = n0 + lid.x * 4u;
+    let base = prm[7] + bt * prm[10];
+    store_row(base, mr, nc, acc0);
+    store_row(base, mr + 1u, nc, acc1);
+    store_row(base, mr + 2u, nc, acc2);
+    store_row(base, mr + 3u, nc, acc3);
+}
+
+fn store_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
     let M = prm[0]; let N = prm[1];
     let alpha = bitcast<f32>(prm[11]);
     let beta = bitcast<f32>(prm[12]);
-    let base = prm[7] + bt * prm[10];
-    for (var i = 0u; i < 4u; i++) {
-        let m = m0 + lid.y * 4u + i;
-        for (var j = 0u; j < 4u; j++) {
-            let n = n0 + lid.x * 4u + j;
-            if (m < M && n < N) {
-                let o = base + m * N + n;
-                var v = alpha * acc[i][j];
-                if (beta != 0.0) { v = v + beta * C[o]; }
-                C[o] = v;
-            }
+    if (m >= M) { return; }
+    for (var j = 0u; j < 4u; j++) {
+        if (n + j < N) {
+            let o = base + m * N + n + j;
+            var x = alpha * v[j];
+            if (beta != 0.0) { x = x + beta * C[o]; }
+            C[o] = x;
         }
     }
 }

@@ -1,0 +1,91 @@
+"""Muon and the GEMM on the GPU against torch on the same card (matrix-optimizer issue): the float32 GEMM at
+4096^2 (TFLOP/s) beside torch's float32 matmul without TF32, and a Muon step on GPT-2 124M's 48 hidden matrices
+beside torch.optim.Muon (bfloat16 Newton-Schulz on tensor cores). GPU timestamps; alternating rounds.
+
+    python benchmarks/muon_bench.py [--n 4096] [--rounds 3] [--json out.json]
+"""
+import argparse
+import json
+
+import numpy as np
+
+import rlx_gpu
+from rlx_gpu import linalg
+from rlx_gpu.bench.baselines import torch_cuda
+from rlx_gpu.bench.timing import Timer, median
+
+HIDDEN = [(768, 2304), (768, 768), (768, 3072), (3072, 768)] * 12  # GPT-2 124M's attention and MLP matrices
+
+
+def cuda_ms(torch, fn, repeats=5, steps=10):
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(repeats):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(steps):
+            fn()
+        e.record()
+        torch.cuda.synchronize()
+        out.append(s.elapsed_time(e) / steps)
+    return median(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--div", type=int, default=1, help="shrink the matrices by this factor (a smoke run)")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    dev = rlx_gpu.get_device()
+    timer = Timer(dev)
+    torch = torch_cuda()
+    n = args.n
+    a = dev.buffer(4 * n * n, "a", data=np.random.default_rng(0).standard_normal(n * n).astype(np.float32))
+    b = dev.buffer(4 * n * n, "b", data=np.random.default_rng(1).standard_normal(n * n).astype(np.float32))
+    c = dev.buffer(4 * n * n, "c")
+
+    def gemm():
+        enc, keep = dev.device.create_command_encoder(), []
+        linalg.gemm(dev, enc, a, b, c, n, n, n, keep=keep)
+        dev.submit(enc)
+    rng = np.random.default_rng(2)
+    params = {f"w{i}": (rng.standard_normal((r // args.div, c // args.div)) * 0.02).astype(np.float32)
+              for i, (r, c) in enumerate(HIDDEN)}
+    opt = rlx_gpu.Muon(params, lr=0.02, device=dev)
+    for k, v in params.items():
+        opt.grads[k].write((rng.standard_normal(v.shape) * 1e-3).astype(np.float32))
+    figures = {"gemm_ms": lambda: timer.calibrated(gemm, 3, probe=1)[0] * 1e3,
+               "muon_ms": lambda: timer.calibrated(opt.step, 3, probe=1)[0] * 1e3}
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        ta, tb = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+        figures["torch_gemm_ms"] = lambda: cuda_ms(torch, lambda: ta @ tb)
+        tps = [torch.nn.Parameter(torch.tensor(v, device="cuda")) for v in params.values()]
+        for t in tps:
+            t.grad = torch.randn_like(t) * 1e-3
+        to = torch.optim.Muon(tps, lr=0.02)
+        figures["torch_muon_ms"] = lambda: cuda_ms(torch, to.step)
+    got = {k: [] for k in figures}
+    for _ in range(args.rounds):
+        for k, f in figures.items():
+            got[k].append(f())
+    med = {k: median(v) for k, v in got.items()}
+    flop = 2 * n ** 3
+    out = {"adapter": dev.name, "n": n, "figures": med, "all": got,
+           "gemm_tflops": flop / med["gemm_ms"] / 1e9}
+    if "torch_gemm_ms" in med:
+        out["torch_gemm_tflops"] = flop / med["torch_gemm_ms"] / 1e9
+        out["gemm_vs_torch"] = med["torch_gemm_ms"] / med["gemm_ms"]
+        out["muon_vs_torch"] = med["torch_muon_ms"] / med["muon_ms"]
+    print(json.dumps({k: v for k, v in out.items() if k != "all"}, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
