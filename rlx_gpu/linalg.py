@@ -20,7 +20,7 @@ from .runtime.layout import Layout
 __all__ = ["matmul", "newton_schulz_orth", "NS_COEFFICIENTS"]
 
 NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)
-TILE = 64
+TILE = 128  # outputs per workgroup along m and n (shaders/gemm.wgsl)
 
 
 def _bits(x: float) -> int:

@@ -1,6 +1,6 @@
 // Batched GEMM (rlx_gpu/linalg.py): C = alpha * op(A) @ op(B) + beta * C for `batch` matrices in one dispatch
-// (workgroup z = matrix), op = transpose where asked (by indexing: row-major storage throughout). Tiles of 64 x 64
-// outputs per workgroup, 4 x 4 per thread, K in steps of 16 through workgroup memory; any M, N, K (edges masked).
+// (workgroup z = matrix), op = transpose where asked (by indexing: row-major storage throughout). Tiles of 128 x 128
+// outputs per workgroup, 8 x 8 per thread, K in steps of 8 through workgroup memory; any M, N, K (edges masked).
 // prm: [M, N, K, ta, tb, offset A, offset B, offset C, batch stride A, B, C, alpha bits, beta bits, column tiles,
 //       row tiles, batch] (elements); workgroups are numbered (matrix, row tile, column tile), flattened (a 2-D grid
 //       past the per-dimension limit).
@@ -10,10 +10,10 @@
 @group(0) @binding(2) var<storage, read_write> C: array<f32>;
 @group(0) @binding(3) var<storage, read> prm: array<u32>;
 
-const TM: u32 = 64u;
-const TK: u32 = 16u;
-var<workgroup> As: array<f32, 1024>;  // [k][m]
-var<workgroup> Bs: array<f32, 1024>;  // [k][n]
+const TM: u32 = 128u;  // outputs per workgroup along m and n
+const TK: u32 = 8u;    // k per tile
+var<workgroup> As: array<vec4<f32>, 256>;  // [k][m / 4]
+var<workgroup> Bs: array<vec4<f32>, 256>;  // [k][n / 4]
 
 @compute @workgroup_size(16, 16)
 fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -29,10 +29,17 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let ta = prm[3] != 0u; let tb = prm[4] != 0u;
     let abase = prm[5] + bt * prm[8];
     let bbase = prm[6] + bt * prm[9];
-    var acc0 = vec4<f32>(0.0); var acc1 = vec4<f32>(0.0); var acc2 = vec4<f32>(0.0); var acc3 = vec4<f32>(0.0);
+    var c0a = vec4<f32>(0.0); var c0b = vec4<f32>(0.0);
+    var c1a = vec4<f32>(0.0); var c1b = vec4<f32>(0.0);
+    var c2a = vec4<f32>(0.0); var c2b = vec4<f32>(0.0);
+    var c3a = vec4<f32>(0.0); var c3b = vec4<f32>(0.0);
+    var c4a = vec4<f32>(0.0); var c4b = vec4<f32>(0.0);
+    var c5a = vec4<f32>(0.0); var c5b = vec4<f32>(0.0);
+    var c6a = vec4<f32>(0.0); var c6b = vec4<f32>(0.0);
+    var c7a = vec4<f32>(0.0); var c7b = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < K; k0 = k0 + TK) {
-        // tile loads with neighbouring threads on neighbouring addresses: along k where a row of the stored
-        // matrix runs along k (A as (M, K), B transposed as (N, K)), else along m or n
+        // 8 x 128 of op(A) and of op(B), 4 elements a thread each, neighbouring threads on neighbouring addresses
+        // (along k where a row of the stored matrix runs along k: A as (M, K), B transposed as (N, K))
         for (var r = 0u; r < 4u; r++) {
             let idx = li + r * 256u;
             let kk = select(idx / TM, idx % TK, !ta);
@@ -40,35 +47,44 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let m = m0 + xx; let k = k0 + kk;
             var va = 0.0;
             if (m < M && k < K) { va = A[abase + select(m * K + k, k * M + m, ta)]; }
-            As[kk * TM + xx] = va;
+            As[kk * 32u + xx / 4u][xx % 4u] = va;
             let kb = select(idx / TM, idx % TK, tb);
             let yb = select(idx % TM, idx / TK, tb);
             let n = n0 + yb; let k2 = k0 + kb;
             var vb = 0.0;
             if (n < N && k2 < K) { vb = B[bbase + select(k2 * N + n, n * K + k2, tb)]; }
-            Bs[kb * TM + yb] = vb;
+            Bs[kb * 32u + yb / 4u][yb % 4u] = vb;
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
-            let a = vec4<f32>(As[kk * TM + lid.y * 4u], As[kk * TM + lid.y * 4u + 1u], As[kk * TM + lid.y * 4u + 2u],
-                              As[kk * TM + lid.y * 4u + 3u]);
-            let b = vec4<f32>(Bs[kk * TM + lid.x * 4u], Bs[kk * TM + lid.x * 4u + 1u], Bs[kk * TM + lid.x * 4u + 2u],
-                              Bs[kk * TM + lid.x * 4u + 3u]);
-            acc0 = acc0 + a.x * b;
-            acc1 = acc1 + a.y * b;
-            acc2 = acc2 + a.z * b;
-            acc3 = acc3 + a.w * b;
+            let a0 = As[kk * 32u + lid.y * 2u];
+            let a1 = As[kk * 32u + lid.y * 2u + 1u];
+            let b0 = Bs[kk * 32u + lid.x];
+            let b1 = Bs[kk * 32u + 16u + lid.x];
+            c0a = c0a + a0.x * b0; c0b = c0b + a0.x * b1;
+            c1a = c1a + a0.y * b0; c1b = c1b + a0.y * b1;
+            c2a = c2a + a0.z * b0; c2b = c2b + a0.z * b1;
+            c3a = c3a + a0.w * b0; c3b = c3b + a0.w * b1;
+            c4a = c4a + a1.x * b0; c4b = c4b + a1.x * b1;
+            c5a = c5a + a1.y * b0; c5b = c5b + a1.y * b1;
+            c6a = c6a + a1.z * b0; c6b = c6b + a1.z * b1;
+            c7a = c7a + a1.w * b0; c7b = c7b + a1.w * b1;
         }
         workgroupBarrier();
     }
-    // (the accumulators stay in registers: no dynamic index into them)
-    let mr = m0 + lid.y * 4u;
+    // rows lid.y*8 .. +8; columns lid.x*4 .. +4 and 64 + lid.x*4 .. +4 (the two halves of the tile: each warp's
+    // workgroup-memory reads of B stay contiguous); the accumulators stay in registers (no dynamic index)
+    let mr = m0 + lid.y * 8u;
     let nc = n0 + lid.x * 4u;
     let base = prm[7] + bt * prm[10];
-    store_row(base, mr, nc, acc0);
-    store_row(base, mr + 1u, nc, acc1);
-    store_row(base, mr + 2u, nc, acc2);
-    store_row(base, mr + 3u, nc, acc3);
+    store_row(base, mr + 0u, nc, c0a); store_row(base, mr + 0u, nc + 64u, c0b);
+    store_row(base, mr + 1u, nc, c1a); store_row(base, mr + 1u, nc + 64u, c1b);
+    store_row(base, mr + 2u, nc, c2a); store_row(base, mr + 2u, nc + 64u, c2b);
+    store_row(base, mr + 3u, nc, c3a); store_row(base, mr + 3u, nc + 64u, c3b);
+    store_row(base, mr + 4u, nc, c4a); store_row(base, mr + 4u, nc + 64u, c4b);
+    store_row(base, mr + 5u, nc, c5a); store_row(base, mr + 5u, nc + 64u, c5b);
+    store_row(base, mr + 6u, nc, c6a); store_row(base, mr + 6u, nc + 64u, c6b);
+    store_row(base, mr + 7u, nc, c7a); store_row(base, mr + 7u, nc + 64u, c7b);
 }
 
 fn store_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
