@@ -70,7 +70,7 @@ def main():
         def twenty(opt=opt, g=up["emb"]):  # the kernel alone: 20 dispatches of one step in one command buffer
             enc = dev.device.create_command_encoder()
             for _ in range(20):
-                opt._encode_sparse(enc, g, write=False)
+                opt._encode_sparse(enc, g)
             dev.submit(enc)
 
         def host(opt=opt, rs=rs):

@@ -137,3 +137,17 @@ def test_muon_around_the_step(device, tmp_path):
         rlx_gpu.Muon({"w": np.ones((3, 3), np.float32), "bias": np.ones(3, np.float32)}, device=device)
     with pytest.raises(ValueError, match="adjust_lr_fn"):
         rlx_gpu.Muon(params, adjust_lr_fn="x", device=device)
+
+
+def test_checked_steps_with_groups_of_other_settings(device):
+    """skip_nonfinite with three groups of one shape but different eps, and ns_steps raised after the first checked
+    step: the indirect-dispatch buffer is sized for the worst case."""
+    rng = np.random.default_rng(6)
+    groups = [{"params": {k: rng.standard_normal((20, 12)).astype(np.float32)}, "eps": e}
+              for k, e in (("a", 1e-7), ("b", 1e-6), ("c", 1e-5))]
+    opt = rlx_gpu.Muon(groups, lr=0.02, skip_nonfinite=True, device=device)
+    g = {k: rng.standard_normal((20, 12)).astype(np.float32) for k in "abc"}
+    opt.step(g)
+    opt.param_groups[0]["ns_steps"] = 12
+    opt.step(g)
+    assert not opt.last_step_skipped and opt.state_dict()["state"]["a"]["step"] == 2

@@ -349,3 +349,23 @@ def test_extreme_values(cls_name, opts, bits, device):
     if exact_adapter(gpu):
         assert_identical(gpu, twin, f"{cls_name} extremes")
 
+
+
+@pytest.mark.gpu
+def test_quantized_into_16_bit_states_and_negative_absmax(device):
+    """A quantized state loads into an optimizer that keeps that tensor's states in bfloat16 (rounded to nearest
+    even, no cast needed); a negative absmax is refused and changes nothing."""
+    params = make_params([5000], seed=12)
+    q = rlx_gpu.AdamW(params, state_bits=8, device=device)
+    q.step(make_grads(params, np.random.default_rng(0)))
+    sd = q.state_dict()
+    bf = rlx_gpu.AdamW(params, state_dtype="bfloat16", device=device)
+    bf.load_state_dict(sd)
+    got = bf.state_dict()["state"]["t0"]["exp_avg"]
+    want = q.state_dict(dequantize=True)["state"]["t0"]["exp_avg"].astype(ml_dtypes.bfloat16)
+    assert got.dtype == ml_dtypes.bfloat16 and np.array_equal(got.view(np.uint16), want.view(np.uint16))
+    before = snapshot(q)
+    bad = dict(sd["state"]["t0"], exp_avg_absmax=-sd["state"]["t0"]["exp_avg_absmax"])
+    with pytest.raises(ValueError, match="negative"):
+        q.load_state_dict(dict(sd, state={"t0": bad}))
+    assert snapshot(q) == before

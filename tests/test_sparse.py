@@ -190,3 +190,22 @@ def test_torch_drop_in_takes_sparse_grads(device):
             m(x).pow(2).sum().backward()
             o.step()
     np.testing.assert_allclose(emb.weight.detach().numpy(), ref.weight.detach().numpy(), rtol=2e-6, atol=1e-7)
+
+
+def test_empty_first_step_then_state_dict_and_uploaded_grads_with_momentum(device):
+    """A tensor whose first sparse grad has no rows has zero states (as the twin) and a state dict; an uploaded
+    grad is refused once its group's momentum routes sparse grads through the dense step."""
+    p = {"emb": np.ones((8, 4), np.float32)}
+    empty = {"emb": rlx_gpu.RowSparse(np.zeros(0, np.int64), np.zeros((0, 4), np.float32))}
+    gpu, twin = rlx_gpu.SparseAdam(p, device=device), rlx_gpu.reference.SparseAdam(p)
+    gpu.step(empty)
+    twin.step(empty)
+    st, tt = gpu.state_dict()["state"]["emb"], twin.state_dict()["state"]["emb"]
+    assert st["step"] == tt["step"] == 1 and not st["exp_avg"].any() and st.keys() == tt.keys()
+    sgd = rlx_gpu.SGD(p, lr=0.1, device=device)
+    up = sgd.upload_sparse({"emb": rlx_gpu.RowSparse(np.array([1]), np.ones((1, 4), np.float32))})
+    sgd.param_groups[0]["momentum"] = 0.9
+    before = snapshot(sgd)
+    with pytest.raises(ValueError, match="pass the RowSparse to step"):
+        sgd.step(up)
+    assert snapshot(sgd) == before

@@ -123,12 +123,13 @@ def entries(s: str, codes, absmax, bits: int, signed: bool) -> dict:
             s + "_qmap": qmap(bits, signed).copy()}
 
 
-def split_state(owner: str, sd: dict, quantizable: dict, bits_of, shapes: dict) -> tuple[dict, dict]:
+def split_state(owner: str, sd: dict, quantizable: dict, bits_of, shapes: dict, state_dtype=None) -> tuple[dict, dict]:
     """A state dict's quantized entries taken out and checked, before the rest is checked as usual.
 
     Returns ``(sd without them, {name: {state: (codes, absmax)}})``: entries whose tensor this optimizer quantizes
     with the same bits are kept as codes; the others are dequantized into float32 ``state`` entries (so a state dict
-    moves between quantized and float32 optimizers in both directions). ``bits_of(name)``: 0, 8 or 4."""
+    moves between quantized and float32 optimizers in both directions). ``bits_of(name)``: 0, 8 or 4;
+    ``state_dtype(state, name)``: the dtype a dequantized state is kept in (rounded to nearest even)."""
     where = f"{owner}.load_state_dict"
     if not isinstance(sd, dict) or not isinstance(sd.get("state"), dict):
         return sd, {}
@@ -151,7 +152,8 @@ def split_state(owner: str, sd: dict, quantizable: dict, bits_of, shapes: dict) 
             if bits_of(name) == bits:
                 qstate.setdefault(name, {})[s] = (np.asarray(codes, np.uint8), np.asarray(absmax, np.float32))
             else:
-                st[s] = dequantize(codes, absmax, bits, signed)
+                v = dequantize(codes, absmax, bits, signed)
+                st[s] = v if state_dtype is None else v.astype(state_dtype(s, name))
         state[name] = st
     return dict(sd, state=state), qstate
 
@@ -173,6 +175,8 @@ def _check_entries(where, name, s, codes, absmax, m, signed, shape) -> int:
     if absmax.dtype != np.float32 or absmax.shape != (nb,):
         raise ValueError(f"{where}: {s}_absmax of {name!r} must be float32 of shape ({nb},), got "
                          f"{absmax.dtype} {absmax.shape}")
+    if (absmax < 0).any():  # (NaN is allowed: a block that held a NaN)
+        raise ValueError(f"{where}: {s}_absmax of {name!r} holds negative values")
     return bits
 
 

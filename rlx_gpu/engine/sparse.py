@@ -8,6 +8,7 @@ import numpy as np
 
 from ..core.sparse import (RowSparse, check_sparse, check_use, coalesce, densify, grouped, refuse_dense,
                            storage_error)
+from ..core.sync import locked
 from ..runtime.kernels import shipped_kernel
 
 H = 16  # header words of the meta buffer
@@ -39,6 +40,9 @@ class SparseMixin:
                     raise ValueError(f"{name}.step: the DeviceRowSparse given for {n!r} was uploaded for "
                                      f"{g.name!r} of another optimizer" if g.opt is not self else
                                      f"{name}.step: the DeviceRowSparse given for {n!r} was uploaded for {g.name!r}")
+                if self.spec.sparse_dense(group):
+                    raise ValueError(f"{name}.step: {n!r}: this group's sparse grads go through the dense step (SGD "
+                                     "with momentum); an uploaded grad cannot: pass the RowSparse to step")
                 out[n] = g
                 continue
             idx, vals = check_sparse(name, n, g, self._shapes[n])
@@ -48,6 +52,7 @@ class SparseMixin:
                 out[n] = (idx, vals)
         return dense, out
 
+    @locked
     def upload_sparse(self, grads: dict) -> dict:
         """``{name: RowSparse}`` checked, coalesced (or grouped, for SGD) and uploaded now: ``{name:
         DeviceRowSparse}`` that ``step`` takes with no host work or transfer (one dispatch per tensor), as many
@@ -89,28 +94,33 @@ class SparseMixin:
     def _sparse_step(self, sparse: dict) -> None:
         """Apply checked sparse grads (``{name: (rows, values)}`` or DeviceRowSparse): one command buffer, one
         dispatch per tensor piece. The scalars (lr, step, maximize) go in words 5..11 of each meta buffer."""
+        for s in self.spec.sparse_states:  # (made even when no tensor has rows this step: the state exists)
+            self._ensure(s)
         enc = self.device.device.create_command_encoder()
         reuse = self.__dict__.setdefault("_sparse_reuse", {})  # a host RowSparse's buffers, per tensor
+        steps = {}
         for n, g in sparse.items():
             t = self._index[n]
-            self._steps[t] = min(int(self._steps[t]) + 1, 2 ** 53)
-            self._materialized[t] = self._materialized[t] | frozenset(self.spec.sparse_states)
+            steps[t] = min(int(self._steps[t]) + 1, 2 ** 53)
             if not isinstance(g, DeviceRowSparse):
                 g = reuse[n] = self._prepare(n, *g, reuse=reuse.get(n))
-            self._encode_sparse(enc, g, write=True)
+            self._encode_sparse(enc, g, step=steps[t])
+        for t, step in steps.items():  # (the host's count once everything is recorded)
+            self._steps[t] = step
+            self._materialized[t] = self._materialized[t] | frozenset(self.spec.sparse_states)
         self._submit(enc)
 
-    def _encode_sparse(self, enc, g: "DeviceRowSparse", write: bool) -> None:
-        """Record one tensor's sparse dispatches (``write``: its scalars for its current step count first)."""
+    def _encode_sparse(self, enc, g: "DeviceRowSparse", step=None) -> None:
+        """Record one tensor's sparse dispatches (with ``step``: its scalars for that step count first)."""
         if not g.rows:
             return
         kind, states = self.spec.sparse_kind, self.spec.sparse_states
         for s in states:
             self._ensure(s)
         t = self._index[g.name]
-        if write:
+        if step is not None:
             group = self.param_groups[self._group_of[t]]
-            f = self.spec.sparse_scalars(group, int(self._steps[t]), self._scale[t])
+            f = self.spec.sparse_scalars(group, step, self._scale[t])
             words = np.concatenate([[int(bool(group.get("maximize", False)))], np.zeros(2, np.uint32),
                                     np.array(f + [0.0] * (4 - len(f)), np.float32).view(np.uint32)]).astype(np.uint32)
             for _, mbuf in g.pieces:

@@ -75,7 +75,8 @@ class StateMixin:
         ``params``: parameters to write in the same checked step (what ``restore`` passes)."""
         name = type(self).__name__
         self._settle()
-        sd, qstate = quant.split_state(name, sd, self.spec.quantizable, self._qbits_of, self._shapes)
+        sd, qstate = quant.split_state(name, sd, self.spec.quantizable, self._qbits_of, self._shapes,
+                                       lambda s, n: self._state_dtype(s, n) if n in self._index else np.float32)
         sd = reconcile_master(name, sd, lambda n: n in self._index and bool(self._master[self._index[n]]), cast)
         state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes, self._state_names(),
                                          self.defaults, self.spec.state_shape_of, self._state_dtype, cast)

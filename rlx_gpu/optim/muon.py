@@ -58,9 +58,10 @@ class Muon(Optimizer):
         return {}, {}
 
     def _max_dispatches(self) -> int:
+        """Every tensor piece's two kernels and, at worst, a Newton-Schulz of its own with the most steps allowed
+        (the checked step's indirect-argument buffer is sized once: groups may change ns_steps later)."""
         pieces = sum(len(b.layout.pieces[i]) for b, i in self._where)
-        steps = max(g["ns_steps"] for g in self.param_groups)
-        return 2 * pieces + len(self._groups) * linalg.ns_dispatches(steps) + 8
+        return 2 * pieces + len(self._names) * linalg.ns_dispatches(99) + 8
 
     def _encode(self, enc) -> None:
         """Momentum into the shape's scratch, Newton-Schulz batched per shape (and per group's settings), update."""

@@ -257,7 +257,8 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
     @locked
     def load_state_dict(self, sd: dict, cast: bool = False, params: dict | None = None) -> None:
         name = type(self).__name__
-        sd, qstate = split_state(name, sd, self.quantizable, self._qbits_of, self._shapes)
+        sd, qstate = split_state(name, sd, self.quantizable, self._qbits_of, self._shapes,
+                                 lambda s, n: self._state_dtype(s, n))
         sd = reconcile_master(name, sd, lambda n: n in self.params and self._master(n), cast)
         names = self.all_state_names + ((MASTER,) if any(self._master(n) for n in self.params) else ())
         state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes,
