@@ -42,7 +42,7 @@ def to_torch_state_dict(sd, like=None) -> dict:
     import torch
     fixed = {}
     if not isinstance(sd, dict):
-        fixed, sd = _torch_keys(sd), sd.state_dict()
+        fixed, sd = _torch_keys(sd), sd.state_dict(dequantize=True)  # (torch's states: float32 moments)
     index = {n: i for i, n in enumerate(_names_of(sd))}
 
     def tensor(v):

@@ -27,38 +27,44 @@ def _bits(x: float) -> int:
     return int(np.array(x, np.float32).view(np.uint32))
 
 
+def _prm(dev, words, label, keep, cache):
+    """A parameter buffer holding ``words`` (from ``cache`` when the same words were made before: an optimizer that
+    runs the same GEMMs every step makes them once)."""
+    prm = np.array(words, np.uint32)
+    key = (label, prm.tobytes())
+    if cache is not None and key in cache:
+        return cache[key]
+    buf = dev.buffer(prm.nbytes, label, data=prm)
+    if cache is not None:
+        cache[key] = buf
+    if keep is not None:
+        keep.append(buf)
+    return buf
+
+
 def gemm(dev, enc, a, b, c, M, N, K, *, ta=False, tb=False, offsets=(0, 0, 0), strides=None, alpha=1.0, beta=0.0,
-         batch=1, keep=None) -> None:
+         batch=1, keep=None, cache=None) -> None:
     """Record C = alpha * op(A) @ op(B) + beta * C for ``batch`` matrices (buffers ``a``, ``b``, ``c``; element
     offsets and batch strides; ``c`` must not be ``a`` or ``b``). ``keep``: a list that holds the parameter buffer
     until the work is submitted."""
     strides = strides or (M * K, K * N, M * N)
     tn, tm = -(-N // TILE), -(-M // TILE)
-    prm = np.array([M, N, K, int(ta), int(tb), *offsets, *strides, _bits(alpha), _bits(beta), tn, tm, batch],
-                   np.uint32)
-    pbuf = dev.buffer(prm.nbytes, "gemm.prm", data=prm)
-    if keep is not None:
-        keep.append(pbuf)
+    pbuf = _prm(dev, [M, N, K, int(ta), int(tb), *offsets, *strides, _bits(alpha), _bits(beta), tn, tm, batch],
+                "gemm.prm", keep, cache)
     k = shipped_kernel(dev, "gemm.wgsl", "gemm")
     k.dispatch(enc, k.bind({"A": a, "B": b, "C": c, "prm": pbuf}), tn * tm * batch)
 
 
-def copy_range(dev, enc, src, src_off, dst, dst_off, count, keep=None) -> None:
+def copy_range(dev, enc, src, src_off, dst, dst_off, count, keep=None, cache=None) -> None:
     """Record a copy of ``count`` float32 elements as a dispatch (so it can sit inside a compute pass)."""
-    prm = np.array([count, src_off, dst_off], np.uint32)
-    pbuf = dev.buffer(prm.nbytes, "copy.prm", data=prm)
-    if keep is not None:
-        keep.append(pbuf)
+    pbuf = _prm(dev, [count, src_off, dst_off], "copy.prm", keep, cache)
     k = shipped_kernel(dev, "gemm.wgsl", "copy_range")
     k.dispatch(enc, k.bind({"A": src, "C": dst, "prm": pbuf}), -(-count // 256))
 
 
-def frob_scale(dev, enc, x, count, offset, stride, eps, batch, keep=None) -> None:
+def frob_scale(dev, enc, x, count, offset, stride, eps, batch, keep=None, cache=None) -> None:
     """Record: each of ``batch`` matrices of ``count`` elements divided by max(its Frobenius norm, eps)."""
-    prm = np.array([count, offset, stride, _bits(eps)], np.uint32)
-    pbuf = dev.buffer(prm.nbytes, "frob.prm", data=prm)
-    if keep is not None:
-        keep.append(pbuf)
+    pbuf = _prm(dev, [count, offset, stride, _bits(eps)], "frob.prm", keep, cache)
     k = shipped_kernel(dev, "gemm.wgsl", "frob_scale")
     k.dispatch(enc, k.bind({"C": x, "prm": pbuf}), batch)
 
@@ -67,38 +73,43 @@ def ns_dispatches(ns_steps: int) -> int:
     return 1 + 5 * ns_steps + 1
 
 
-def ns_encode(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep) -> None:
+def ns_encode(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, cache=None) -> None:
     """Record Newton-Schulz on ``batch`` (m, n) matrices at element ``offset`` of buffer ``x``, in place, as
     dispatches only (``enc``: a command encoder or a :class:`~rlx_gpu.runtime.kernels.ComputePass`):
     X /= max(|X|, eps); then ns_steps times A = X X^T, B = b A + c A A, X = a X + B X (for m > n on X^T, as
-    X^T X and X B: torch.optim.Muon's _zeropower_via_newtonschulz, in float32)."""
+    X^T X and X B: torch.optim.Muon's _zeropower_via_newtonschulz, in float32). ``cache``: a dict kept by the caller
+    from step to step, so the work buffers and parameter buffers are made once."""
     a, b, c = (float(v) for v in coeffs)
     s = min(m, n)
     tall = m > n
     size = batch * m * n
-    amat = dev.buffer(4 * batch * s * s, "ns.A")
-    bmat = dev.buffer(4 * batch * s * s, "ns.B")
-    y = dev.buffer(4 * size, "ns.Y")
-    keep += [amat, bmat, y]
-    frob_scale(dev, enc, x, m * n, offset, m * n, eps, batch, keep)
+    work = cache.get(("ns", batch, m, n)) if cache is not None else None
+    if work is None:
+        work = (dev.buffer(4 * batch * s * s, "ns.A"), dev.buffer(4 * batch * s * s, "ns.B"),
+                dev.buffer(4 * size, "ns.Y"))
+        if cache is not None:
+            cache[("ns", batch, m, n)] = work
+    amat, bmat, y = work
+    keep += list(work)
+    frob_scale(dev, enc, x, m * n, offset, m * n, eps, batch, keep, cache)
     cur, cur_off, other = x, offset, y
     for _ in range(ns_steps):
         # A = X X^T (s x s): wide: (m,n)(n,m); tall: X^T X = (n,m)(m,n)
         gemm(dev, enc, cur, cur, amat, s, s, m if tall else n, ta=tall, tb=not tall, offsets=(cur_off, cur_off, 0),
-             strides=(m * n, m * n, s * s), batch=batch, keep=keep)
-        copy_range(dev, enc, amat, 0, bmat, 0, batch * s * s, keep)
-        gemm(dev, enc, amat, amat, bmat, s, s, s, alpha=c, beta=b, batch=batch, keep=keep)  # B = c A A + b A
+             strides=(m * n, m * n, s * s), batch=batch, keep=keep, cache=cache)
+        copy_range(dev, enc, amat, 0, bmat, 0, batch * s * s, keep, cache)
+        gemm(dev, enc, amat, amat, bmat, s, s, s, alpha=c, beta=b, batch=batch, keep=keep, cache=cache)  # B = cAA + bA
         o_off = 0 if other is y else offset
-        copy_range(dev, enc, cur, cur_off, other, o_off, size, keep)
+        copy_range(dev, enc, cur, cur_off, other, o_off, size, keep, cache)
         if tall:  # X = a X + X B   (B symmetric)
             gemm(dev, enc, cur, bmat, other, m, n, n, offsets=(cur_off, 0, o_off), strides=(m * n, s * s, m * n),
-                 alpha=1.0, beta=a, batch=batch, keep=keep)
+                 alpha=1.0, beta=a, batch=batch, keep=keep, cache=cache)
         else:  # X = a X + B X
             gemm(dev, enc, bmat, cur, other, m, n, m, offsets=(0, cur_off, o_off), strides=(s * s, m * n, m * n),
-                 alpha=1.0, beta=a, batch=batch, keep=keep)
+                 alpha=1.0, beta=a, batch=batch, keep=keep, cache=cache)
         cur, cur_off, other = other, o_off, cur
     if cur is not x:  # (an odd number of steps ended in the scratch buffer)
-        copy_range(dev, enc, cur, 0, x, offset, size, keep)
+        copy_range(dev, enc, cur, 0, x, offset, size, keep, cache)
 
 
 def _standalone(dev, shape, label) -> DeviceTensor:

@@ -369,3 +369,22 @@ def test_quantized_into_16_bit_states_and_negative_absmax(device):
     with pytest.raises(ValueError, match="negative"):
         q.load_state_dict(dict(sd, state={"t0": bad}))
     assert snapshot(q) == before
+
+
+@pytest.mark.gpu
+def test_torch_state_dict_of_a_quantized_optimizer(device):
+    """to_torch_state_dict gives torch's float32 moments (dequantized); from_torch_state_dict quantizes them."""
+    torch = pytest.importorskip("torch", reason="torch.optim is the other side")
+    params = make_params([5000, 7], seed=13)
+    q = rlx_gpu.AdamW(params, state_bits=8, device=device)
+    q.step(make_grads(params, np.random.default_rng(1)))
+    sd = rlx_gpu.to_torch_state_dict(q)
+    tps = [torch.nn.Parameter(torch.tensor(v)) for v in params.values()]
+    to = torch.optim.AdamW(tps)
+    to.load_state_dict(sd)
+    deq = q.state_dict(dequantize=True)["state"]["t0"]["exp_avg"]
+    assert np.array_equal(to.state[tps[0]]["exp_avg"].numpy(), deq)
+    back = rlx_gpu.AdamW(params, state_bits=8, device=device)
+    back.load_state_dict(rlx_gpu.from_torch_state_dict(to.state_dict(), back))
+    assert np.array_equal(back.state_dict(dequantize=True)["state"]["t0"]["exp_avg_sq"],
+                          q.state_dict(dequantize=True)["state"]["t0"]["exp_avg_sq"])

@@ -53,6 +53,7 @@ class Muon(Optimizer):
             r += len(b.layout.pieces[i])
         self._mp = dev.buffer(REC_BYTES * r, "Muon.scalars")
         self._keep: list = []
+        self._ns_cache: dict = {}  # Newton-Schulz's work and parameter buffers, made once per setting
 
     def fill(self, g, t, fresh, sel):
         return {}, {}
@@ -100,7 +101,7 @@ class Muon(Optimizer):
             for (r, b, c, ln) in rows:
                 km.dispatch(enc, self._mbind(km, r, b, c, scratch), -(-ln // 256))
             linalg.ns_encode(dev, enc, scratch, base * shape[0] * shape[1], count, shape[0], shape[1], steps, coeffs,
-                             eps, keep)
+                             eps, keep, self._ns_cache)
             for (r, b, c, ln) in rows:
                 ka.dispatch(enc, self._mbind(ka, r, b, c, scratch), -(-ln // 256))
         self._keep = keep  # (the parameter buffers of this step's GEMMs, until the next step)
