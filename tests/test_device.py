@@ -226,3 +226,17 @@ print("ok")
 def test_device_lost_is_a_clear_error_and_a_fresh_device_follows():
     r = subprocess.run([sys.executable, "-c", LOST], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_selector_with_an_index(device, monkeypatch):
+    """'<selector>:<index>' picks the index-th matching adapter (identical GPUs: one process per GPU by local
+    rank); past the last one the error says how many match; RLX_GPU_ADAPTER takes the same form."""
+    name = device.info["backend"].lower().replace("d3d12", "dx12")
+    first = rlx_gpu.get_device(f"{name}:0")
+    assert first.info == rlx_gpu.get_device(name).info
+    count = sum(a["backend"] == device.info["backend"] for a in rlx_gpu.adapters())
+    with pytest.raises(rlx_gpu.NoAdapterError, match=f"asks for adapter {count} of the {count} that match"):
+        rlx_gpu.get_device(f"{name}:{count}")
+    monkeypatch.setenv("RLX_GPU_ADAPTER", f"{name}:0")
+    assert rlx_gpu.get_device().info == first.info

@@ -8,16 +8,39 @@ import json
 
 import numpy as np
 
+import re
+
 import rlx_gpu
 from rlx_gpu.bench.timing import Timer, median
+
+
+def re_close(text, src):
+    """``X_map(i]`` -> ``bitcast<f32>(X[i])`` (map entry i) and ``X_mid(i]`` -> ``bitcast<f32>(X[QN + i])``."""
+    for tag, name in src.items():
+        text = re.sub(rf"{name}_map\(([^\]]*)\]", rf"bitcast<f32>({name}[\1])", text)
+        text = re.sub(rf"{name}_mid\(([^\]]*)\]", rf"bitcast<f32>({name}[QN + \1])", text)
+    return text
 from rlx_gpu.engine import qcodegen
 
 ORIG = {k: getattr(qcodegen, k) for k in ("q_helpers", "q_elementwise")}
 
 
 def variant(name):
+    """Parts of the kernel replaced (names joined by '+': e.g. wg512x1+guide_global). AdamW's states: exp_avg
+    (signed map) and exp_avg_sq (unsigned)."""
+    src = {"s": "exp_avg_q", "u": "exp_avg_sq_q"}
+
     def helpers(*a, **k):
         text = ORIG["q_helpers"](*a, **k)
+        if "guide_global" in name or "all_global" in name:  # the guide read from the state buffer (L1), not copied
+            text = "\n".join(ln for ln in text.splitlines() if "qg_s[j] =" not in ln and "qg_u[j] =" not in ln)
+            for tag in ("s", "u"):
+                text = text.replace(f"qg_{tag}[idx >> 2u]", f"{src[tag]}[2u * QN + (idx >> 2u)]")
+        if "all_global" in name:  # maps and midpoints read from the state buffer too
+            text = "\n".join(ln for ln in text.splitlines() if "for (var j = lid; j < QN;" not in ln)
+            for tag in ("s", "u"):
+                text = text.replace(f"qm_{tag}[", f"{src[tag]}_map(").replace(f"qt_{tag}[", f"{src[tag]}_mid(")
+            text = re_close(text, src)
         if name in ("guess_only", "no_search"):
             text = text.replace("    return near;", "    return " + ("c;" if name == "guess_only" else "0u;"))
         if name == "no_dequant":
@@ -51,14 +74,14 @@ def main():
     res = {k: [] for k in names}
     for _ in range(args.rounds):
         for name in names:
-            variant(name if name not in ("qk4", "qk32") else "full")
-            qk = {"qk4": 4, "qk32": 32}.get(name, 16)
+            variant(name if name not in ("qk4", "qk32") else "full")  # (and wgAxB[+...]: the shape, then parts)
+            qk = {"qk4": 4, "qk32": 32}.get(name, 8)
             import rlx_gpu.engine.optimizer as om
             qcodegen.QK = om.QK = qk
             bits = None if name == "fp32" else 8
             cls = rlx_gpu.AdamW
             if name.startswith("wg"):
-                wg, ept = (int(x) for x in name[2:].split("x"))
+                wg, ept = (int(x) for x in name.split("+")[0][2:].split("x"))
                 cls = type("AdamW", (rlx_gpu.AdamW,), {"WG": wg, "EPT": ept})
             opt = cls({"w": np.full(args.n, 0.01, np.float32)}, state_bits=bits, device=dev)
             opt.grads["w"].write(np.full(args.n, 1e-3, np.float32))

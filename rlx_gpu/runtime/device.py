@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from .discovery import NoAdapterError, _describe, _select, _wgpu, adapters
+from .discovery import NoAdapterError, _describe, _select_at, _wgpu, adapters
 
 __all__ = ["Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device"]
 
@@ -52,6 +52,7 @@ class Device:
         wgpu = _wgpu()
         self.adapter = adapter
         self.info = _describe(adapter)
+        self.position = 0  # (among the adapters found, best first: tells identical GPUs apart; get_device sets it)
         # On a CPU adapter device memory is host memory: arenas that the host can map directly make each
         # transfer one memcpy instead of two (measured on llvmpipe: 5-6 GB/s against 2-3 through staging).
         self.host_mappable = (self.info["type"] == "CPU" and "mappable-primary-buffers" in adapter.features)
@@ -272,13 +273,15 @@ def get_device(selector: "str | Device | None" = None) -> Device:
         if dev is not None and dev.lost:  # (lost marks it and drops it from the cache)
             dev = None
         if dev is None:
-            adapter = _select(selector)
-            # One wgpu device per adapter, whichever selector reached it.
+            adapter, position = _select_at(selector)
+            # One wgpu device per adapter, whichever selector reached it (identical GPUs have identical
+            # descriptions: their position among the adapters tells them apart).
             for other in _cache.values():
-                if other.adapter is adapter or other.info == _describe(adapter):
+                if other.adapter is adapter or (other.info == _describe(adapter) and other.position == position):
                     dev = other
                     break
             else:
                 dev = Device(adapter)
+                dev.position = position
             _cache[key] = dev
         return dev

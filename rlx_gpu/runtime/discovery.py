@@ -2,7 +2,9 @@
 
 A selector is ``None`` (the ``RLX_GPU_ADAPTER`` environment variable, else the best adapter), a backend name
 (``"vulkan"``, ``"metal"``, ``"dx12"``, ``"gl"``), ``"cpu"`` for a CPU adapter, ``"gpu"`` for any hardware
-adapter, or a case-insensitive substring of the adapter's name.
+adapter, or a case-insensitive substring of the adapter's name; any of them followed by ``:<index>`` picks the
+index-th of the adapters it matches, best first (``"vulkan:1"``: the second Vulkan adapter; identical GPUs have
+identical names, so one process per GPU selects by index, e.g. its local rank).
 """
 from __future__ import annotations
 
@@ -89,12 +91,21 @@ def _ranked(found):
 
 
 def _select(selector: str | None, found=None):
+    return _select_at(selector, found)[0]
+
+
+def _select_at(selector: str | None, found=None):
+    """(the adapter ``selector`` picks, its position among the adapters found, best first)."""
     found = _ranked(_enumerate()) if found is None else found
     if not found:
         raise NoAdapterError(f"no WebGPU adapter found. {_INSTALL_HINT}")
     if not selector:
-        return found[0]
+        return found[0], 0
     s = selector.strip().lower()
+    index = 0
+    head, sep, tail = s.rpartition(":")
+    if sep and tail.isdigit():
+        s, index = head, int(tail)
     if s in ("cpu",):
         cands = [a for a in found if _describe(a)["type"] == "CPU"]
     elif s in ("gpu",):
@@ -103,10 +114,14 @@ def _select(selector: str | None, found=None):
         cands = [a for a in found if _describe(a)["backend"] == _BACKENDS[s]]
     else:
         cands = [a for a in found if s in _describe(a)["name"].lower()]
-    if not cands:
+    if s in ("", "any"):
+        cands = list(found)
+    if len(cands) <= index:
         have = "; ".join(f"{d['name']} ({d['backend']}, {d['type']})" for d in map(_describe, found))
+        which = f"no adapter matches {selector!r}" if not cands else \
+            f"{selector!r} asks for adapter {index} of the {len(cands)} that match"
         raise NoAdapterError(
-            f"no adapter matches {selector!r} (from the device argument or RLX_GPU_ADAPTER). "
-            f"Adapters present: {have}. Use a backend (vulkan, metal, dx12, gl), 'cpu', 'gpu' or part of a name."
+            f"{which} (from the device argument or RLX_GPU_ADAPTER). Adapters present: {have}. Use a backend "
+            "(vulkan, metal, dx12, gl), 'cpu', 'gpu' or part of a name, optionally with ':<index>'."
         )
-    return cands[0]
+    return cands[index], found.index(cands[index])
