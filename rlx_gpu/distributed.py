@@ -12,8 +12,10 @@ whose averaged grads hold inf/NaN on every rank alike (every rank sees the same 
 and all-gathers the updated ranges. Optimizers whose update is elementwise only (a per-tensor reduction would see
 only its piece of a split tensor): Adam, AdamW, SGD, RMSprop, Adagrad, Lion, NAdamW, RAdam, QHAdamW.
 
+Checkpoints: ``save(path)`` writes a file per rank; ``restore(path)`` reads the files of a save by any number of
+ranks into this one's range (resharding); :func:`single_process_state` gives them to the single-process optimizer.
 Not built yet (the rest of the multi-GPU issue): MPI, top-k compression, reduce-scatter, per-tensor reductions
-across ranks (LAMB, MARS, Adafactor), sharded checkpoints and resharding, and the timings on two GPUs.
+across ranks (LAMB, MARS, Adafactor), failure handling, and the timings on two GPUs.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import numpy as np
 
 from .core.numerics import clip_coef
 
-__all__ = ["ZeroRedundancyOptimizer", "shard_ranges"]
+__all__ = ["ZeroRedundancyOptimizer", "shard_ranges", "read_shards", "single_process_state"]
 
 ELEMENTWISE = {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Lion", "NAdamW", "RAdam", "QHAdamW"}
 
@@ -129,3 +131,106 @@ class ZeroRedundancyOptimizer:
     def memory(self) -> dict:
         """This rank's inner optimizer's device bytes (its state is its shard's)."""
         return self.inner.memory() if self.inner is not None else {"params": 0, "grads": 0, "state": 0}
+
+    # -- checkpoints: a file per rank, read back by any number of ranks (or one process) ----------------------------
+    def save(self, path) -> None:
+        """Each rank writes ``<path>.rank<r>-of-<N>.npz`` (atomically: a temporary file renamed): its range of every
+        state buffer, flattened, its step counts, and (rank 0) the params; then waits for every rank."""
+        import json
+        import os
+        import tempfile
+        sd = self.inner.state_dict(dequantize=True) if self.inner is not None else {"state": {}, "param_groups": []}
+        lo, hi = self.ranges[self.rank]
+        arrays, steps, scalars = {}, {}, {}
+        for k, (n, s, e) in self._pieces.items():
+            st = sd["state"].get(k, {})
+            steps[n] = int(st.get("step", 0))
+            for name, v in st.items():
+                v = np.asarray(v, np.float32)
+                if name == "step":
+                    continue
+                if v.ndim == 0:
+                    scalars.setdefault(name, {})[n] = float(v)
+                else:
+                    arrays.setdefault(name, np.zeros(hi - lo, np.float32))[self._offsets[n] + s - lo:
+                                                                           self._offsets[n] + e - lo] = v
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in sd["param_groups"]]
+        meta = {"format": "rlx_gpu.zero", "version": 1, "world": self.world_size, "rank": self.rank, "range": [lo, hi],
+                "names": list(self.params), "shapes": [list(a.shape) for a in self.params.values()], "steps": steps,
+                "scalars": scalars, "groups": groups}
+        out = {f"state/{k}": v for k, v in arrays.items()}
+        out["__meta__"] = np.frombuffer(json.dumps(meta, default=lambda o: list(o) if isinstance(o, tuple) else
+                                                   str(o)).encode(), np.uint8)
+        if self.rank == 0:
+            out.update({f"param/{i}": a for i, a in enumerate(self.params.values())})
+        final = f"{os.fspath(path)}.rank{self.rank}-of-{self.world_size}.npz"
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(final)), suffix=".npz")
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **out)
+        os.replace(tmp, final)
+        self._dist.barrier(group=self.group)
+
+    def restore(self, path) -> None:
+        """Load a checkpoint saved by any number of ranks into this one's range (resharding as needed)."""
+        params, full, steps, scalars = read_shards(path, list(self.params), [a.shape for a in self.params.values()])
+        for n, a in params.items():
+            self.params[n][...] = a
+        if self.inner is None:
+            return
+        state = {}
+        for k, (n, s, e) in self._pieces.items():
+            if steps.get(n):
+                state[k] = {"step": steps[n], **{name: full[name][self._offsets[n] + s:self._offsets[n] + e].copy()
+                                                 for name in full},
+                            **{name: np.array(v[n], np.float32) for name, v in scalars.items() if n in v}}
+        sd = self.inner.state_dict()
+        self.inner.load_state_dict({"state": state, "param_groups": sd["param_groups"]}, cast=True,
+                                   params={k: self.params[n].reshape(-1)[s:e].copy()
+                                           for k, (n, s, e) in self._pieces.items()})
+
+
+def read_shards(path, names=None, shapes=None):
+    """(params, {state: flat float32 over every element}, steps per tensor, per-tensor scalars) from the files a
+    ZeRO checkpoint wrote (``<path>.rank<r>-of-<N>.npz``, all N of them); ValueError naming what is missing."""
+    import glob
+    import json
+    import os
+    files = sorted(glob.glob(f"{glob.escape(os.fspath(path))}.rank*-of-*.npz"))
+    if not files:
+        raise ValueError(f"{os.fspath(path)}: no ZeRO checkpoint files (<path>.rank<r>-of-<N>.npz)")
+    metas = []
+    for f in files:
+        with np.load(f) as z:
+            metas.append((json.loads(bytes(z["__meta__"]).decode()), {k: z[k] for k in z.files}))
+    world = metas[0][0]["world"]
+    if sorted(m["rank"] for m, _ in metas) != list(range(world)) or any(m["world"] != world for m, _ in metas):
+        raise ValueError(f"{os.fspath(path)}: expected the {world} files of one save, found {len(files)}")
+    m0 = metas[0][0]
+    if names is not None and (m0["names"] != names or [tuple(s) for s in m0["shapes"]] != [tuple(s) for s in shapes]):
+        raise ValueError(f"{os.fspath(path)}: the checkpoint holds {m0['names']}, this optimizer {names}")
+    total = sum(int(np.prod(s)) for s in m0["shapes"])
+    full, steps, scalars = {}, {}, {}
+    for m, z in metas:
+        lo, hi = m["range"]
+        for k, v in z.items():
+            if k.startswith("state/"):
+                full.setdefault(k[6:], np.zeros(total, np.float32))[lo:hi] = v
+        steps.update({n: s for n, s in m["steps"].items() if s})
+        for name, v in m["scalars"].items():
+            scalars.setdefault(name, {}).update(v)
+    z0 = next(z for m, z in metas if m["rank"] == 0)
+    params = {n: z0[f"param/{i}"] for i, n in enumerate(m0["names"])}
+    return params, full, steps, scalars
+
+
+def single_process_state(path) -> tuple[dict, dict]:
+    """(params, state dict) of a ZeRO checkpoint for the single-process optimizer of the same class:
+    ``opt.load_state_dict(sd, params=params)``."""
+    params, full, steps, scalars = read_shards(path)
+    state, off = {}, 0
+    for n, a in params.items():
+        if steps.get(n):
+            state[n] = {"step": steps[n], **{k: v[off:off + a.size].reshape(a.shape).copy() for k, v in full.items()},
+                        **{k: np.array(v[n], np.float32) for k, v in scalars.items() if n in v}}
+        off += a.size
+    return params, state

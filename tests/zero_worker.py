@@ -1,6 +1,8 @@
 """One rank of tests/test_distributed.py (run by torch.distributed.run): ZeRO-1 over gloo with rank-dependent
-grads; rank 0 writes the params after every step to the .npz named on the command line."""
-import os
+grads; every rank writes its params after every step (and whether the step was skipped) to <out>.rank<r>.npz.
+Arguments: out, optimizer class, steps, options (a dict literal), first step's number (grads' seeds),
+a checkpoint to restore first ('-': none), a checkpoint to save at the end ('-': none)."""
+import ast
 import sys
 
 import torch  # noqa: F401  (before any wgpu device: README, "Using it from PyTorch")
@@ -11,15 +13,19 @@ import rlx_gpu
 from rlx_gpu.distributed import ZeroRedundancyOptimizer
 
 out, cls_name, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-opts = eval(sys.argv[4]) if len(sys.argv) > 4 else {}  # (a dict literal written by the test)
+opts = ast.literal_eval(sys.argv[4]) if len(sys.argv) > 4 else {}
+first = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+restore, save = (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else ("-", "-")
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 rng = np.random.default_rng(0)
 shapes = {"a": (37, 5), "b": (11,), "c": (4, 4, 3), "d": (1,)}
 params = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
 zero = ZeroRedundancyOptimizer(params, optimizer_class=getattr(rlx_gpu, cls_name), device="cpu", **opts)
+if restore != "-":
+    zero.restore(restore)
 got = {}
-for s in range(steps):
+for s in range(first, first + steps):
     g = {n: np.random.default_rng(100 * s + rank).standard_normal(v).astype(np.float32)
          for n, v in shapes.items()}
     if s == 3 and rank == world - 1:
@@ -28,5 +34,7 @@ for s in range(steps):
     got.update({f"{n}@{s}": v.copy() for n, v in zero.params.items()})
     got[f"skipped@{s}"] = np.array(zero.last_step_skipped)
 got["state_bytes"] = np.array(zero.memory()["state"])
+if save != "-":
+    zero.save(save)
 np.savez(out.replace(".npz", f".rank{rank}.npz"), **got)
 dist.destroy_process_group()
