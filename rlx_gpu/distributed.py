@@ -15,7 +15,8 @@ only its piece of a split tensor): Adam, AdamW, SGD, RMSprop, Adagrad, Lion, NAd
 Checkpoints: ``save(path)`` writes a file per rank; ``restore(path)`` reads the files of a save by any number of
 ranks into this one's range (resharding); :func:`single_process_state` gives them to the single-process optimizer.
 Not built yet (the rest of the multi-GPU issue): MPI, top-k compression, reduce-scatter, per-tensor reductions
-across ranks (LAMB, MARS, Adafactor), failure handling, and the timings on two GPUs.
+across ranks (LAMB, MARS, Adafactor), and the timings on two GPUs. A failed collective (a rank died or timed out)
+raises a RuntimeError saying so.
 """
 from __future__ import annotations
 
@@ -74,6 +75,7 @@ class ZeroRedundancyOptimizer:
         self.skip_nonfinite = defaults.pop("skip_nonfinite", False)
         self.last_step_skipped = False
         self._last_norm = None
+        self._broken = None  # (a collective that failed after this rank's shard had stepped)
         pieces = {k: self.params[n].reshape(-1)[s:e].copy() for k, (n, s, e) in self._pieces.items()}
         self.inner = cls(pieces, **defaults) if pieces else None  # (a rank may own nothing when N > numel)
 
@@ -94,9 +96,12 @@ class ZeroRedundancyOptimizer:
         (unless ``grads_averaged``), the global clip and inf/NaN skip, this rank's shard stepped, params
         all-gathered."""
         import torch
+        if self._broken:
+            raise RuntimeError(f"ZeroRedundancyOptimizer (rank {self.rank}): a collective failed in an earlier step "
+                               f"({self._broken}); this rank's state is ahead of the params: restore a checkpoint")
         flat = torch.from_numpy(self._flat(grads))
         if not grads_averaged:
-            self._dist.all_reduce(flat, group=self.group)
+            self._collective("the grads' all-reduce", lambda: self._dist.all_reduce(flat, group=self.group))
             flat /= self.world_size
         g = flat.numpy()
         self.last_step_skipped = self.skip_nonfinite and not np.isfinite(g).all()
@@ -120,10 +125,24 @@ class ZeroRedundancyOptimizer:
         buf = torch.zeros(width)
         buf[:mine.size] = torch.from_numpy(mine)
         outs = [torch.zeros(width) for _ in range(self.world_size)]
-        self._dist.all_gather(outs, buf, group=self.group)
+        try:
+            self._collective("the params' all-gather", lambda: self._dist.all_gather(outs, buf, group=self.group))
+        except RuntimeError:
+            self._broken = "the params' all-gather"
+            raise
         full = np.concatenate([o.numpy()[:e - s] for o, (s, e) in zip(outs, self.ranges)])
         for n, a in self.params.items():
             a.reshape(-1)[...] = full[self._offsets[n]:self._offsets[n] + a.size]
+
+    def _collective(self, what: str, fn):
+        """``fn()`` (a collective); a failure (a rank that died, or one that did not answer within the process
+        group's timeout) as a RuntimeError that says so."""
+        try:
+            return fn()
+        except Exception as e:
+            raise RuntimeError(f"ZeroRedundancyOptimizer (rank {self.rank} of {self.world_size}): {what} failed: "
+                               "another rank died or did not answer within the process group's timeout "
+                               f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
 
     def last_grad_norm(self):
         return self._last_norm

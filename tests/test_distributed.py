@@ -96,3 +96,16 @@ def test_checkpoints_reshard_2_to_3_to_1(tmp_path):
         np.testing.assert_allclose(one.state_dict()["state"][n]["exp_avg_sq"], mine[n]["exp_avg_sq"], rtol=1e-5,
                                    atol=1e-9)
 
+
+def test_a_rank_that_dies(tmp_path):
+    """The last of 2 ranks exits before step 2: the other's step raises a RuntimeError that says a rank died or did
+    not answer, and its params and state stay as they were."""
+    out = tmp_path / "zero.npz"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
+           str(out), "AdamW", "4", "{}", "0", "-", "-", "2"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    text = r.stdout + r.stderr
+    assert "CAUGHT: ZeroRedundancyOptimizer (rank 0 of 2): the grads' all-reduce failed: another rank died" in text, \
+        text[-3000:]
+    assert "UNCHANGED" in text
+

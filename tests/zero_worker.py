@@ -3,6 +3,8 @@ grads; every rank writes its params after every step (and whether the step was s
 Arguments: out, optimizer class, steps, options (a dict literal), first step's number (grads' seeds),
 a checkpoint to restore first ('-': none), a checkpoint to save at the end ('-': none)."""
 import ast
+import datetime
+import os
 import sys
 
 import torch  # noqa: F401  (before any wgpu device: README, "Using it from PyTorch")
@@ -16,7 +18,8 @@ out, cls_name, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 opts = ast.literal_eval(sys.argv[4]) if len(sys.argv) > 4 else {}
 first = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 restore, save = (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else ("-", "-")
-dist.init_process_group("gloo")
+die_at = int(sys.argv[8]) if len(sys.argv) > 8 else -1  # (the last rank exits before this step)
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 rank, world = dist.get_rank(), dist.get_world_size()
 rng = np.random.default_rng(0)
 shapes = {"a": (37, 5), "b": (11,), "c": (4, 4, 3), "d": (1,)}
@@ -26,6 +29,21 @@ if restore != "-":
     zero.restore(restore)
 got = {}
 for s in range(first, first + steps):
+    if s == die_at and rank == world - 1:
+        os._exit(3)
+    if s == die_at:
+        before = {n: v.copy() for n, v in zero.params.items()}
+        state = zero.inner.state_dict()["state"]
+        try:
+            zero.step({n: np.zeros(v, np.float32) for n, v in shapes.items()})
+        except RuntimeError as e:
+            print("CAUGHT:", e, flush=True)
+            after = zero.inner.state_dict()["state"]
+            same = all(np.array_equal(before[n], zero.params[n]) for n in before) and all(
+                np.array_equal(np.asarray(state[k][x]), np.asarray(after[k][x])) for k in state for x in state[k])
+            print("UNCHANGED" if same else "CHANGED", flush=True)
+            sys.exit(0)
+        sys.exit(5)
     g = {n: np.random.default_rng(100 * s + rank).standard_normal(v).astype(np.float32)
          for n, v in shapes.items()}
     if s == 3 and rank == world - 1:
