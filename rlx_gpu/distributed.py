@@ -1,4 +1,5 @@
-"""Data-parallel training with sharded optimizer state (ZeRO-1) over ``torch.distributed`` (first version).
+"""Data-parallel training with sharded optimizer state (ZeRO-1) over ``torch.distributed`` (gloo) or MPI
+(mpi4py), first version.
 
     zero = rlx_gpu.distributed.ZeroRedundancyOptimizer(params, optimizer_class=rlx_gpu.AdamW, lr=1e-3)
     zero.step(local_grads)          # averaged across ranks, each rank steps its shard, params all-gathered
@@ -14,7 +15,7 @@ only its piece of a split tensor): Adam, AdamW, SGD, RMSprop, Adagrad, Lion, NAd
 
 Checkpoints: ``save(path)`` writes a file per rank; ``restore(path)`` reads the files of a save by any number of
 ranks into this one's range (resharding); :func:`single_process_state` gives them to the single-process optimizer.
-Not built yet (the rest of the multi-GPU issue): MPI, top-k compression, reduce-scatter, per-tensor reductions
+Not built yet (the rest of the multi-GPU issue): top-k compression, reduce-scatter, per-tensor reductions
 across ranks (LAMB, MARS, Adafactor), and the timings on two GPUs. A failed collective (a rank died or timed out)
 raises a RuntimeError saying so.
 """
@@ -25,6 +26,59 @@ import numpy as np
 from .core.numerics import clip_coef
 
 __all__ = ["ZeroRedundancyOptimizer", "shard_ranges", "read_shards", "single_process_state"]
+
+
+class TorchTransport:
+    """Sum-all-reduce, all-gather and barrier over ``torch.distributed`` (gloo), on NumPy float32 arrays."""
+
+    def __init__(self, group):
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            raise RuntimeError("ZeroRedundancyOptimizer: call torch.distributed.init_process_group first (or pass an "
+                               "mpi4py communicator as process_group)")
+        self.dist, self.group = dist, group
+        self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
+
+    def all_reduce(self, a: np.ndarray) -> None:
+        import torch
+        self.dist.all_reduce(torch.from_numpy(a), group=self.group)  # (in place: the tensor shares a's memory)
+
+    def all_gather(self, a: np.ndarray) -> list:
+        import torch
+        outs = [torch.zeros(a.size) for _ in range(self.world_size)]
+        self.dist.all_gather(outs, torch.from_numpy(a), group=self.group)
+        return [o.numpy() for o in outs]
+
+    def barrier(self) -> None:
+        self.dist.barrier(group=self.group)
+
+
+class MPITransport:
+    """The same over an mpi4py communicator (``mpirun -n N python train.py``)."""
+
+    def __init__(self, comm):
+        from mpi4py import MPI
+        self.MPI, self.comm = MPI, comm
+        self.rank, self.world_size = comm.Get_rank(), comm.Get_size()
+
+    def all_reduce(self, a: np.ndarray) -> None:
+        self.comm.Allreduce(self.MPI.IN_PLACE, a, op=self.MPI.SUM)
+
+    def all_gather(self, a: np.ndarray) -> list:
+        out = np.empty((self.world_size, a.size), np.float32)
+        self.comm.Allgather(a, out)
+        return list(out)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+
+def transport(process_group):
+    """``process_group``: None (torch.distributed's default group), a torch ProcessGroup, or an mpi4py
+    communicator (``MPI.COMM_WORLD``)."""
+    if process_group is not None and hasattr(process_group, "Allreduce"):
+        return MPITransport(process_group)
+    return TorchTransport(process_group)
 
 ELEMENTWISE = {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Lion", "NAdamW", "RAdam", "QHAdamW"}
 
@@ -37,12 +91,12 @@ def shard_ranges(total: int, world: int) -> list[tuple[int, int]]:
 
 class ZeroRedundancyOptimizer:
     """ZeRO-1 over ``torch.distributed`` (see the module docstring). ``params``: dict name -> float32 array, the
-    same on every rank; ``process_group``: torch's (None: the default group, initialised by the caller);
+    same on every rank; ``process_group``: torch's (None: the default group, initialised by the caller) or an mpi4py
+    communicator (``MPI.COMM_WORLD``: the collectives go through MPI);
     ``defaults``: the inner optimizer's hyperparameters and options (``clip_grad_norm`` and ``skip_nonfinite``
     are applied globally here)."""
 
     def __init__(self, params: dict, optimizer_class=None, process_group=None, grad_compression=None, **defaults):
-        import torch.distributed as dist
         from .optim import AdamW
         cls = optimizer_class or AdamW
         if cls.__name__ not in ELEMENTWISE:
@@ -50,10 +104,8 @@ class ZeroRedundancyOptimizer:
                              f"only: {', '.join(sorted(ELEMENTWISE))})")
         if grad_compression is not None:
             raise ValueError("ZeroRedundancyOptimizer: grad_compression is not built yet")
-        if not dist.is_initialized():
-            raise RuntimeError("ZeroRedundancyOptimizer: call torch.distributed.init_process_group first")
-        self._dist, self.group = dist, process_group
-        self.rank, self.world_size = dist.get_rank(process_group), dist.get_world_size(process_group)
+        self._net = transport(process_group)
+        self.rank, self.world_size = self._net.rank, self._net.world_size
         for n, a in params.items():
             if not isinstance(a, np.ndarray) or a.dtype != np.float32:
                 raise TypeError(f"ZeroRedundancyOptimizer: {n!r} must be a float32 NumPy array")
@@ -95,15 +147,13 @@ class ZeroRedundancyOptimizer:
         """One step with this rank's ``grads`` (dict name -> float32 array; every tensor): the mean over ranks
         (unless ``grads_averaged``), the global clip and inf/NaN skip, this rank's shard stepped, params
         all-gathered."""
-        import torch
         if self._broken:
             raise RuntimeError(f"ZeroRedundancyOptimizer (rank {self.rank}): a collective failed in an earlier step "
                                f"({self._broken}); this rank's state is ahead of the params: restore a checkpoint")
-        flat = torch.from_numpy(self._flat(grads))
+        g = self._flat(grads)
         if not grads_averaged:
-            self._collective("the grads' all-reduce", lambda: self._dist.all_reduce(flat, group=self.group))
-            flat /= self.world_size
-        g = flat.numpy()
+            self._collective("the grads' all-reduce", lambda: self._net.all_reduce(g))
+            g /= np.float32(self.world_size)
         self.last_step_skipped = self.skip_nonfinite and not np.isfinite(g).all()
         if self.last_step_skipped:
             return
@@ -111,26 +161,23 @@ class ZeroRedundancyOptimizer:
             self._last_norm = float(np.sqrt(np.sum(g.astype(np.float64) ** 2)))
             g = g * clip_coef(np.float32(self._last_norm), self.clip_grad_norm)
         if self.inner is not None:
-            lo = self.ranges[self.rank][0]
             self.inner.step({k: g[self._offsets[n] + s:self._offsets[n] + e].copy()
                              for k, (n, s, e) in self._pieces.items()})
             mine = np.concatenate([v.reshape(-1) for v in self.inner.read_params().values()])
         else:
-            lo, mine = 0, np.zeros(0, np.float32)
+            mine = np.zeros(0, np.float32)
         self._all_gather(mine)
 
     def _all_gather(self, mine: np.ndarray) -> None:
-        import torch
         width = max(e - s for s, e in self.ranges)
-        buf = torch.zeros(width)
-        buf[:mine.size] = torch.from_numpy(mine)
-        outs = [torch.zeros(width) for _ in range(self.world_size)]
+        buf = np.zeros(width, np.float32)
+        buf[:mine.size] = mine
         try:
-            self._collective("the params' all-gather", lambda: self._dist.all_gather(outs, buf, group=self.group))
+            outs = self._collective("the params' all-gather", lambda: self._net.all_gather(buf))
         except RuntimeError:
             self._broken = "the params' all-gather"
             raise
-        full = np.concatenate([o.numpy()[:e - s] for o, (s, e) in zip(outs, self.ranges)])
+        full = np.concatenate([o[:e - s] for o, (s, e) in zip(outs, self.ranges)])
         for n, a in self.params.items():
             a.reshape(-1)[...] = full[self._offsets[n]:self._offsets[n] + a.size]
 
@@ -187,7 +234,7 @@ class ZeroRedundancyOptimizer:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **out)
         os.replace(tmp, final)
-        self._dist.barrier(group=self.group)
+        self._net.barrier()
 
     def restore(self, path) -> None:
         """Load a checkpoint saved by any number of ranks into this one's range (resharding as needed)."""

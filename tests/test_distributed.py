@@ -1,8 +1,10 @@
-"""ZeRO-1 over torch.distributed (gloo on localhost, ranks as processes on the CPU adapter): 2 and 3 ranks with
+"""ZeRO-1 over torch.distributed (gloo on localhost) and MPI (mpi4py under mpirun), ranks as processes on the CPU
+adapter: 2 and 3 ranks with
 different local grads give, after every step, the params of the single-process optimizer stepping the averaged
 grads (the mean is the same float32 sums on every rank: bit for bit with 2 ranks, where the sum of two terms has
 one order; with 3, gloo's ring may add in another order: 1e-6 relative), every rank holds the same params, and an
 inf on one rank skips the step on all."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +20,30 @@ WORKER = Path(__file__).with_name("zero_worker.py")
 SHAPES = {"a": (37, 5), "b": (11,), "c": (4, 4, 3), "d": (1,)}
 
 
-def run(tmp_path, world, cls_name, steps, opts, first=0, restore="-", save="-"):
+def need_mpi():
+    """MPI needs an MPI runtime (mpirun) and mpi4py: skipped where they are missing, except where
+    RLX_GPU_REQUIRE_MPI is set (.ci/run installs both and sets it: there it must run)."""
+    import importlib.util
+    import shutil
+    if shutil.which("mpirun") and importlib.util.find_spec("mpi4py"):
+        return
+    if os.environ.get("RLX_GPU_REQUIRE_MPI"):
+        pytest.fail("RLX_GPU_REQUIRE_MPI is set but mpirun or mpi4py is missing")
+    pytest.skip("no MPI runtime (mpirun) or no mpi4py")
+
+
+def run(tmp_path, world, cls_name, steps, opts, first=0, restore="-", save="-", mpi=False):
+    if mpi:
+        need_mpi()
     out = tmp_path / "zero.npz"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}", str(WORKER),
-           str(out), cls_name, str(steps), repr(opts), str(first), str(restore), str(save)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    args = [str(WORKER), str(out), cls_name, str(steps), repr(opts), str(first), str(restore), str(save)]
+    if mpi:  # (OpenMPI as root needs --allow-run-as-root; more ranks than cores --oversubscribe)
+        cmd = ["mpirun", "-n", str(world), "--oversubscribe", "-x", "ZERO_BACKEND=mpi", "-x", "XDG_RUNTIME_DIR",
+               "-x", "PATH"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + [sys.executable] + args
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"] + args
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, ZERO_BACKEND="mpi")
+                       if mpi else None)
     assert r.returncode == 0, r.stderr[-3000:]
     return [dict(np.load(tmp_path / f"zero.rank{k}.npz")) for k in range(world)]
 
@@ -39,11 +60,16 @@ def averaged(s, world):
     return {n: total[n] / np.float32(world) for n in SHAPES}
 
 
-@pytest.mark.parametrize("world,cls_name,opts", [(2, "AdamW", {"skip_nonfinite": True}),
-                                                 (3, "SGD", {"momentum": 0.9, "lr": 0.1, "skip_nonfinite": True})])
-def test_zero_equals_single_process_on_averaged_grads(tmp_path, world, cls_name, opts):
+@pytest.mark.parametrize("world,cls_name,opts,mpi", [(2, "AdamW", {"skip_nonfinite": True}, False),
+                                                     (3, "SGD", {"momentum": 0.9, "lr": 0.1, "skip_nonfinite": True},
+                                                      False),
+                                                     (2, "AdamW", {"skip_nonfinite": True}, True),
+                                                     (3, "SGD", {"momentum": 0.9, "lr": 0.1, "skip_nonfinite": True},
+                                                      True)], ids=["gloo-2", "gloo-3", "mpi-2", "mpi-3"])
+def test_zero_equals_single_process_on_averaged_grads(tmp_path, world, cls_name, opts, mpi):
+    """(MPI through mpi4py and an MPI runtime, which .ci/run installs: never skipped there.)"""
     steps = 6
-    ranks = run(tmp_path, world, cls_name, steps, opts)
+    ranks = run(tmp_path, world, cls_name, steps, opts, mpi=mpi)
     rng = np.random.default_rng(0)
     params = {n: rng.standard_normal(s).astype(np.float32) for n, s in SHAPES.items()}
     ref = getattr(rlx_gpu, cls_name)(params, device="cpu", **opts)

@@ -19,12 +19,18 @@ opts = ast.literal_eval(sys.argv[4]) if len(sys.argv) > 4 else {}
 first = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 restore, save = (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else ("-", "-")
 die_at = int(sys.argv[8]) if len(sys.argv) > 8 else -1  # (the last rank exits before this step)
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-rank, world = dist.get_rank(), dist.get_world_size()
+if os.environ.get("ZERO_BACKEND") == "mpi":  # (launched by mpirun: mpi4py's communicator)
+    from mpi4py import MPI
+    group = MPI.COMM_WORLD
+    rank, world = group.Get_rank(), group.Get_size()
+else:
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    group, rank, world = None, dist.get_rank(), dist.get_world_size()
 rng = np.random.default_rng(0)
 shapes = {"a": (37, 5), "b": (11,), "c": (4, 4, 3), "d": (1,)}
 params = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
-zero = ZeroRedundancyOptimizer(params, optimizer_class=getattr(rlx_gpu, cls_name), device="cpu", **opts)
+zero = ZeroRedundancyOptimizer(params, optimizer_class=getattr(rlx_gpu, cls_name), process_group=group,
+                               device="cpu", **opts)
 if restore != "-":
     zero.restore(restore)
 got = {}
@@ -55,4 +61,5 @@ got["state_bytes"] = np.array(zero.memory()["state"])
 if save != "-":
     zero.save(save)
 np.savez(out.replace(".npz", f".rank{rank}.npz"), **got)
-dist.destroy_process_group()
+if group is None:
+    dist.destroy_process_group()
