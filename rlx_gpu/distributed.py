@@ -8,16 +8,16 @@
 The parameters, flattened one after another, are cut into ``world_size`` contiguous ranges of (nearly) equal
 size, tensors split where a boundary falls; each rank keeps the optimizer state of its range only, as an
 optimizer of ``optimizer_class`` over the pieces of its range (so its device memory for state is 1/N). A step
-all-reduces the grads (the mean over ranks, through the host: gloo), clips with the global norm and skips a step
+all-reduces the grads (the mean over ranks, through the host: gloo or MPI), clips with the global norm and skips a step
 whose averaged grads hold inf/NaN on every rank alike (every rank sees the same averaged grads), steps the shard,
 and all-gathers the updated ranges. Optimizers whose update is elementwise only (a per-tensor reduction would see
 only its piece of a split tensor): Adam, AdamW, SGD, RMSprop, Adagrad, Lion, NAdamW, RAdam, QHAdamW.
 
 Checkpoints: ``save(path)`` writes a file per rank; ``restore(path)`` reads the files of a save by any number of
 ranks into this one's range (resharding); :func:`single_process_state` gives them to the single-process optimizer.
-Not built yet (the rest of the multi-GPU issue): top-k compression, reduce-scatter, per-tensor reductions
-across ranks (LAMB, MARS, Adafactor), and the timings on two GPUs. A failed collective (a rank died or timed out)
-raises a RuntimeError saying so.
+Not built yet (the rest of the multi-GPU issue): top-k compression, reduce-scatter, overlap of transfers and
+collectives, per-tensor reductions across ranks (LAMB, MARS, Adafactor). A failed collective (a rank died or
+timed out) raises a RuntimeError saying so.
 """
 from __future__ import annotations
 
