@@ -25,6 +25,8 @@ import numpy as np
 
 from .core.numerics import clip_coef
 
+from .distributed_files import read_shards, single_process_state
+
 __all__ = ["ZeroRedundancyOptimizer", "shard_ranges", "read_shards", "single_process_state"]
 
 
@@ -45,7 +47,7 @@ class TorchTransport:
 
     def all_gather(self, a: np.ndarray) -> list:
         import torch
-        outs = [torch.zeros(a.size) for _ in range(self.world_size)]
+        outs = [torch.zeros(a.size, dtype=torch.float32) for _ in range(self.world_size)]
         self.dist.all_gather(outs, torch.from_numpy(a), group=self.group)
         return [o.numpy() for o in outs]
 
@@ -129,9 +131,25 @@ class ZeroRedundancyOptimizer:
         self._last_norm = None
         self._broken = None  # (a collective that failed after this rank's shard had stepped)
         pieces = {k: self.params[n].reshape(-1)[s:e].copy() for k, (n, s, e) in self._pieces.items()}
+        self._check_same_params()
         self.inner = cls(pieces, **defaults) if pieces else None  # (a rank may own nothing when N > numel)
+        self._class = cls.__name__
+
+    def _check_same_params(self) -> None:
+        """Every rank was given the same tensor names and shapes (a fingerprint all-gathered), else ValueError."""
+        import hashlib
+        text = repr([(n, a.shape) for n, a in self.params.items()]).encode()
+        mine = np.frombuffer(hashlib.sha1(text).digest()[:8], np.uint16).astype(np.float32)
+        every = self._collective("the params' fingerprint", lambda: self._net.all_gather(mine))
+        if any(not np.array_equal(o, mine) for o in every):
+            raise ValueError(f"ZeroRedundancyOptimizer (rank {self.rank}): the ranks were given different tensors "
+                             "(names or shapes differ); every rank must pass the same params")
 
     def _flat(self, arrays: dict) -> np.ndarray:
+        missing = [n for n in self.params if n not in arrays]
+        if missing:
+            raise KeyError(f"ZeroRedundancyOptimizer.step: no grad for {missing} (every tensor needs one: a zero "
+                           "grad would still decay its state)")
         out = np.zeros(self.numel, np.float32)
         for n, a in arrays.items():
             if n not in self._offsets:
@@ -154,7 +172,12 @@ class ZeroRedundancyOptimizer:
         if not grads_averaged:
             self._collective("the grads' all-reduce", lambda: self._net.all_reduce(g))
             g /= np.float32(self.world_size)
-        self.last_step_skipped = self.skip_nonfinite and not np.isfinite(g).all()
+            bad = not np.isfinite(g).all()
+        else:  # (each rank's own grads: the skip is agreed on)
+            flag = np.array([0.0 if np.isfinite(g).all() else 1.0], np.float32)
+            self._collective("the inf/NaN flag's all-reduce", lambda: self._net.all_reduce(flag))
+            bad = bool(flag[0])
+        self.last_step_skipped = self.skip_nonfinite and bad
         if self.last_step_skipped:
             return
         if self.clip_grad_norm is not None:  # (the global norm: every rank holds the whole averaged grad)
@@ -188,8 +211,9 @@ class ZeroRedundancyOptimizer:
             return fn()
         except Exception as e:
             raise RuntimeError(f"ZeroRedundancyOptimizer (rank {self.rank} of {self.world_size}): {what} failed: "
-                               "another rank died or did not answer within the process group's timeout "
-                               f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+                               "another rank died or did not answer within the process group's timeout, or gave a "
+                               f"collective of another size ({type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''})") from e
 
     def last_grad_norm(self):
         return self._last_norm
@@ -202,9 +226,15 @@ class ZeroRedundancyOptimizer:
     def save(self, path) -> None:
         """Each rank writes ``<path>.rank<r>-of-<N>.npz`` (atomically: a temporary file renamed): its range of every
         state buffer, flattened, its step counts, and (rank 0) the params; then waits for every rank."""
+        import glob
         import json
         import os
         import tempfile
+        if self._broken:
+            raise RuntimeError(f"ZeroRedundancyOptimizer.save (rank {self.rank}): a collective failed earlier "
+                               f"({self._broken}); this rank's state is ahead of its params: not saved")
+        token = np.array([float(int.from_bytes(os.urandom(2), "little")) if self.rank == 0 else 0.0], np.float32)
+        self._collective("the save's id", lambda: self._net.all_reduce(token))  # (rank 0's, on every rank)
         sd = self.inner.state_dict(dequantize=True) if self.inner is not None else {"state": {}, "param_groups": []}
         lo, hi = self.ranges[self.rank]
         arrays, steps, scalars = {}, {}, {}
@@ -221,7 +251,8 @@ class ZeroRedundancyOptimizer:
                     arrays.setdefault(name, np.zeros(hi - lo, np.float32))[self._offsets[n] + s - lo:
                                                                            self._offsets[n] + e - lo] = v
         groups = [{k: v for k, v in g.items() if k != "params"} for g in sd["param_groups"]]
-        meta = {"format": "rlx_gpu.zero", "version": 1, "world": self.world_size, "rank": self.rank, "range": [lo, hi],
+        meta = {"format": "rlx_gpu.zero", "version": 1, "save": int(token[0]), "class": self._class,
+                "world": self.world_size, "rank": self.rank, "range": [lo, hi],
                 "names": list(self.params), "shapes": [list(a.shape) for a in self.params.values()], "steps": steps,
                 "scalars": scalars, "groups": groups}
         out = {f"state/{k}": v for k, v in arrays.items()}
@@ -234,14 +265,21 @@ class ZeroRedundancyOptimizer:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **out)
         os.replace(tmp, final)
-        self._net.barrier()
+        self._collective("the save's barrier", self._net.barrier)
+        if self.rank == 0:  # (the files of a save by another number of ranks to the same path would be read too)
+            for f in glob.glob(f"{glob.escape(os.fspath(path))}.rank*-of-*.npz"):
+                if not f.endswith(f"-of-{self.world_size}.npz"):
+                    os.unlink(f)
 
     def restore(self, path) -> None:
-        """Load a checkpoint saved by any number of ranks into this one's range (resharding as needed)."""
-        params, full, steps, scalars = read_shards(path, list(self.params), [a.shape for a in self.params.values()])
-        for n, a in params.items():
-            self.params[n][...] = a
+        """Load a checkpoint saved by any number of ranks into this one's range (resharding as needed): params,
+        step counts and state; the hyperparameters stay as this optimizer was made (the files record them)."""
+        params, full, steps, scalars = read_shards(path, list(self.params), [a.shape for a in self.params.values()],
+                                                   self._class)
         if self.inner is None:
+            for n, a in params.items():
+                self.params[n][...] = a
+            self._broken = None
             return
         state = {}
         for k, (n, s, e) in self._pieces.items():
@@ -251,52 +289,8 @@ class ZeroRedundancyOptimizer:
                             **{name: np.array(v[n], np.float32) for name, v in scalars.items() if n in v}}
         sd = self.inner.state_dict()
         self.inner.load_state_dict({"state": state, "param_groups": sd["param_groups"]}, cast=True,
-                                   params={k: self.params[n].reshape(-1)[s:e].copy()
-                                           for k, (n, s, e) in self._pieces.items()})
-
-
-def read_shards(path, names=None, shapes=None):
-    """(params, {state: flat float32 over every element}, steps per tensor, per-tensor scalars) from the files a
-    ZeRO checkpoint wrote (``<path>.rank<r>-of-<N>.npz``, all N of them); ValueError naming what is missing."""
-    import glob
-    import json
-    import os
-    files = sorted(glob.glob(f"{glob.escape(os.fspath(path))}.rank*-of-*.npz"))
-    if not files:
-        raise ValueError(f"{os.fspath(path)}: no ZeRO checkpoint files (<path>.rank<r>-of-<N>.npz)")
-    metas = []
-    for f in files:
-        with np.load(f) as z:
-            metas.append((json.loads(bytes(z["__meta__"]).decode()), {k: z[k] for k in z.files}))
-    world = metas[0][0]["world"]
-    if sorted(m["rank"] for m, _ in metas) != list(range(world)) or any(m["world"] != world for m, _ in metas):
-        raise ValueError(f"{os.fspath(path)}: expected the {world} files of one save, found {len(files)}")
-    m0 = metas[0][0]
-    if names is not None and (m0["names"] != names or [tuple(s) for s in m0["shapes"]] != [tuple(s) for s in shapes]):
-        raise ValueError(f"{os.fspath(path)}: the checkpoint holds {m0['names']}, this optimizer {names}")
-    total = sum(int(np.prod(s)) for s in m0["shapes"])
-    full, steps, scalars = {}, {}, {}
-    for m, z in metas:
-        lo, hi = m["range"]
-        for k, v in z.items():
-            if k.startswith("state/"):
-                full.setdefault(k[6:], np.zeros(total, np.float32))[lo:hi] = v
-        steps.update({n: s for n, s in m["steps"].items() if s})
-        for name, v in m["scalars"].items():
-            scalars.setdefault(name, {}).update(v)
-    z0 = next(z for m, z in metas if m["rank"] == 0)
-    params = {n: z0[f"param/{i}"] for i, n in enumerate(m0["names"])}
-    return params, full, steps, scalars
-
-
-def single_process_state(path) -> tuple[dict, dict]:
-    """(params, state dict) of a ZeRO checkpoint for the single-process optimizer of the same class:
-    ``opt.load_state_dict(sd, params=params)``."""
-    params, full, steps, scalars = read_shards(path)
-    state, off = {}, 0
-    for n, a in params.items():
-        if steps.get(n):
-            state[n] = {"step": steps[n], **{k: v[off:off + a.size].reshape(a.shape).copy() for k, v in full.items()},
-                        **{k: np.array(v[n], np.float32) for k, v in scalars.items() if n in v}}
-        off += a.size
-    return params, state
+                                   params={k: params[n].reshape(-1)[s:e].copy()
+                                           for k, (n, s, e) in self._pieces.items()})  # (checked before any change)
+        for n, a in params.items():
+            self.params[n][...] = a
+        self._broken = None

@@ -64,7 +64,7 @@ def copy_range(dev, enc, src, src_off, dst, dst_off, count, keep=None, cache=Non
 
 def frob_scale(dev, enc, x, count, offset, stride, eps, batch, keep=None, cache=None) -> None:
     """Record: each of ``batch`` matrices of ``count`` elements divided by max(its Frobenius norm, eps)."""
-    pbuf = _prm(dev, [count, offset, stride, _bits(eps)], "frob.prm", keep, cache)
+    pbuf = _prm(dev, [count, offset, stride, _bits(eps), batch], "frob.prm", keep, cache)
     k = shipped_kernel(dev, "gemm.wgsl", "frob_scale")
     k.dispatch(enc, k.bind({"C": x, "prm": pbuf}), batch)
 
@@ -73,22 +73,24 @@ def ns_dispatches(ns_steps: int) -> int:
     return 1 + 5 * ns_steps + 1
 
 
-def ns_encode(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, cache=None) -> None:
+def ns_encode(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, cache=None, capacity=None) -> None:
     """Record Newton-Schulz on ``batch`` (m, n) matrices at element ``offset`` of buffer ``x``, in place, as
     dispatches only (``enc``: a command encoder or a :class:`~rlx_gpu.runtime.kernels.ComputePass`):
     X /= max(|X|, eps); then ns_steps times A = X X^T, B = b A + c A A, X = a X + B X (for m > n on X^T, as
     X^T X and X B: torch.optim.Muon's _zeropower_via_newtonschulz, in float32). ``cache``: a dict kept by the caller
-    from step to step, so the work buffers and parameter buffers are made once."""
+    from step to step, so the work buffers (sized for ``capacity`` matrices: the most a caller batches) and the
+    parameter buffers are made once."""
     a, b, c = (float(v) for v in coeffs)
     s = min(m, n)
     tall = m > n
     size = batch * m * n
-    work = cache.get(("ns", batch, m, n)) if cache is not None else None
-    if work is None:
-        work = (dev.buffer(4 * batch * s * s, "ns.A"), dev.buffer(4 * batch * s * s, "ns.B"),
-                dev.buffer(4 * size, "ns.Y"))
+    cap = max(batch, capacity or batch)
+    work = cache.get(("ns", m, n)) if cache is not None else None
+    if work is None or work[0].size < 4 * batch * s * s:
+        work = (dev.buffer(4 * cap * s * s, "ns.A"), dev.buffer(4 * cap * s * s, "ns.B"), dev.buffer(4 * cap * m * n,
+                                                                                                  "ns.Y"))
         if cache is not None:
-            cache[("ns", batch, m, n)] = work
+            cache[("ns", m, n)] = work
     amat, bmat, y = work
     keep += list(work)
     frob_scale(dev, enc, x, m * n, offset, m * n, eps, batch, keep, cache)
@@ -139,7 +141,9 @@ def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False, device=No
     a DeviceTensor out (on their device)."""
     dev = get_device(device) if device is not None else None
     abuf, aoff, ash, dev = _operand(a, "a", dev)
-    bbuf, boff, bsh, _ = _operand(b, "b", dev)
+    bbuf, boff, bsh, bdev = _operand(b, "b", dev)
+    if bdev.device is not dev.device:
+        raise ValueError(f"rlx_gpu.linalg.matmul: a is on {dev.name}, b on {bdev.name}: the same device is needed")
     if len(ash) not in (2, 3) or len(bsh) != len(ash) or (len(ash) == 3 and ash[0] != bsh[0]):
         raise ValueError(f"rlx_gpu.linalg.matmul: shapes {tuple(ash)} and {tuple(bsh)}: expected two matrices or "
                          "two batches of the same size")

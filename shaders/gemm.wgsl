@@ -103,14 +103,16 @@ fn store_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
 }
 
 // Frobenius scaling for Newton-Schulz: matrix z (workgroup z, flattened) of `count` elements at `offset` + z * `stride` is
-// divided by max(norm, eps). prm: [count, offset, stride, eps bits] (C is the matrices' buffer).
+// divided by max(norm, eps). prm: [count, offset, stride, eps bits, batch] (C is the matrices' buffer).
 var<workgroup> red: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn frob_scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
+    let z = wid.x + wid.y * nwg.x;
+    if (z >= prm[4]) { return; }  // (past the batch in a padded 2-D grid; uniform for the workgroup)
     let n = prm[0];
-    let base = prm[1] + (wid.x + wid.y * nwg.x) * prm[2];
+    let base = prm[1] + z * prm[2];
     var s = 0.0;
     for (var i = lid; i < n; i = i + 256u) { let v = C[base + i]; s = s + v * v; }
     red[lid] = s;

@@ -101,7 +101,8 @@ def test_checkpoints_reshard_2_to_3_to_1(tmp_path):
     3; 1e-6: three terms summed by gloo's ring), and so do the step counts and moments."""
     opts = {"skip_nonfinite": True}
     run(tmp_path, 2, "AdamW", 3, opts, 0, "-", tmp_path / "ck2")
-    ranks = run(tmp_path, 3, "AdamW", 2, opts, 3, tmp_path / "ck2", tmp_path / "ck3")
+    ranks = run(tmp_path, 3, "AdamW", 2, opts, 3, tmp_path / "ck2", tmp_path / "ck2")  # (the 2-rank files go)
+    assert sorted(p.name for p in tmp_path.glob("ck2.rank*")) == [f"ck2.rank{r}-of-3.npz" for r in range(3)]
     rng = np.random.default_rng(0)
     params = {n: rng.standard_normal(s).astype(np.float32) for n, s in SHAPES.items()}
     ref = rlx_gpu.AdamW(params, device="cpu", **opts)
@@ -113,7 +114,7 @@ def test_checkpoints_reshard_2_to_3_to_1(tmp_path):
             for r in ranks:
                 np.testing.assert_allclose(r[f"{n}@{s}"], ref.params[n].numpy(), rtol=1e-6, atol=1e-7)
     from rlx_gpu.distributed import single_process_state
-    params, state = single_process_state(tmp_path / "ck3")
+    params, state = single_process_state(tmp_path / "ck2")
     one = rlx_gpu.AdamW(params, device="cpu")
     one.load_state_dict({"state": state, "param_groups": one.state_dict()["param_groups"]})
     mine = ref.state_dict()["state"]
@@ -134,4 +135,18 @@ def test_a_rank_that_dies(tmp_path):
     assert "CAUGHT: ZeroRedundancyOptimizer (rank 0 of 2): the grads' all-reduce failed: another rank died" in text, \
         text[-3000:]
     assert "UNCHANGED" in text
+
+
+def test_bad_input_changes_nothing(tmp_path):
+    """A missing grad is a KeyError; a checkpoint of another optimizer class is refused before the params change;
+    ranks given different tensors are told so."""
+    out = tmp_path / "zero.npz"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
+           str(out), "AdamW", "1", "{}", "0", "-", str(tmp_path / "ck"), "-1", "checks"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text[-3000:]
+    for line in ("missing grad: KeyError, unchanged", "other class: ValueError, unchanged",
+                 "different tensors: ValueError"):
+        assert text.count(line) == 2, (line, text[-3000:])
 

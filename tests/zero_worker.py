@@ -19,6 +19,7 @@ opts = ast.literal_eval(sys.argv[4]) if len(sys.argv) > 4 else {}
 first = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 restore, save = (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else ("-", "-")
 die_at = int(sys.argv[8]) if len(sys.argv) > 8 else -1  # (the last rank exits before this step)
+checks = len(sys.argv) > 9 and sys.argv[9] == "checks"  # (bad input, after the run and its save)
 if os.environ.get("ZERO_BACKEND") == "mpi":  # (launched by mpirun: mpi4py's communicator)
     from mpi4py import MPI
     group = MPI.COMM_WORLD
@@ -61,5 +62,24 @@ got["state_bytes"] = np.array(zero.memory()["state"])
 if save != "-":
     zero.save(save)
 np.savez(out.replace(".npz", f".rank{rank}.npz"), **got)
+if checks:
+    before = {n: v.copy() for n, v in zero.params.items()}
+    try:
+        zero.step({"a": np.zeros(shapes["a"], np.float32)})
+    except KeyError:
+        same = all(np.array_equal(before[n], zero.params[n]) for n in before)
+        print("missing grad: KeyError," + (" unchanged" if same else " CHANGED"), flush=True)
+    other = ZeroRedundancyOptimizer(params, optimizer_class=rlx_gpu.SGD, process_group=group, device="cpu")
+    keep = {n: v.copy() for n, v in other.params.items()}
+    try:
+        other.restore(save)
+    except ValueError:
+        same = all(np.array_equal(keep[n], other.params[n]) for n in keep)
+        print("other class: ValueError," + (" unchanged" if same else " CHANGED"), flush=True)
+    mine = dict(params) if rank == 0 else {**params, "e": np.zeros(2, np.float32)}
+    try:
+        ZeroRedundancyOptimizer(mine, process_group=group, device="cpu")
+    except ValueError:
+        print("different tensors: ValueError", flush=True)
 if group is None:
     dist.destroy_process_group()

@@ -46,6 +46,10 @@ class Muon(Optimizer):
         shapes = sorted({self._shapes[n] for n in self._names})
         self._groups = {s: [t for t, n in enumerate(self._names) if self._shapes[n] == s] for s in shapes}
         dev = self.device
+        for s, ts in self._groups.items():  # (a shape's matrices are orthogonalised in one buffer, bound whole)
+            if 4 * len(ts) * s[0] * s[1] > dev.max_storage_binding:
+                raise ValueError(f"{name}: the {len(ts)} tensors of shape {s} need {4 * len(ts) * s[0] * s[1]} bytes "
+                                 f"of scratch in one binding; the adapter binds at most {dev.max_storage_binding}")
         self._scratch = {s: dev.buffer(4 * len(ts) * s[0] * s[1], f"Muon.scratch{s}") for s, ts in self._groups.items()}
         self._rec, r = [], 0  # each tensor's first scalar record (one per piece), fixed: bind groups are kept
         for b, i in self._where:
@@ -101,7 +105,7 @@ class Muon(Optimizer):
             for (r, b, c, ln) in rows:
                 km.dispatch(enc, self._mbind(km, r, b, c, scratch), -(-ln // 256))
             linalg.ns_encode(dev, enc, scratch, base * shape[0] * shape[1], count, shape[0], shape[1], steps, coeffs,
-                             eps, keep, self._ns_cache)
+                             eps, keep, self._ns_cache, capacity=len(self._groups[shape]))
             for (r, b, c, ln) in rows:
                 ka.dispatch(enc, self._mbind(ka, r, b, c, scratch), -(-ln // 256))
         self._keep = keep  # (the parameter buffers of this step's GEMMs, until the next step)

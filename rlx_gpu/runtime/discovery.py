@@ -8,6 +8,8 @@ identical names, so one process per GPU selects by index, e.g. its local rank).
 """
 from __future__ import annotations
 
+import re
+
 __all__ = ["NoAdapterError", "adapters"]
 
 _INSTALL_HINT = (
@@ -103,9 +105,9 @@ def _select_at(selector: str | None, found=None):
         return found[0], 0
     s = selector.strip().lower()
     index = 0
-    head, sep, tail = s.rpartition(":")
-    if sep and tail.isdigit():
-        s, index = head, int(tail)
+    m = re.fullmatch(r"(.*):([0-9]+)", s)
+    if m and not any(s in _describe(a)["name"].lower() for a in found):  # (a name may itself end in ":<digits>")
+        s, index = m.group(1), int(m.group(2))
     if s in ("cpu",):
         cands = [a for a in found if _describe(a)["type"] == "CPU"]
     elif s in ("gpu",):
