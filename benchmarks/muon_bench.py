@@ -11,26 +11,10 @@ import numpy as np
 
 import rlx_gpu
 from rlx_gpu import linalg
-from rlx_gpu.bench.baselines import torch_cuda
+from rlx_gpu.bench.baselines import cuda_ms, torch_cuda
 from rlx_gpu.bench.timing import Timer, median
 
 HIDDEN = [(768, 2304), (768, 768), (768, 3072), (3072, 768)] * 12  # GPT-2 124M's attention and MLP matrices
-
-
-def cuda_ms(torch, fn, repeats=5, steps=10):
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(repeats):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(steps):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        out.append(s.elapsed_time(e) / steps)
-    return median(out)
 
 
 def main():
@@ -63,12 +47,12 @@ def main():
     if torch is not None:
         torch.backends.cuda.matmul.allow_tf32 = False
         ta, tb = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
-        figures["torch_gemm_ms"] = lambda: cuda_ms(torch, lambda: ta @ tb)
+        figures["torch_gemm_ms"] = lambda: cuda_ms(torch, lambda: ta @ tb, 5, steps=10, warmup=2)
         tps = [torch.nn.Parameter(torch.tensor(v, device="cuda")) for v in params.values()]
         for t in tps:
             t.grad = torch.randn_like(t) * 1e-3
         to = torch.optim.Muon(tps, lr=0.02)
-        figures["torch_muon_ms"] = lambda: cuda_ms(torch, to.step)
+        figures["torch_muon_ms"] = lambda: cuda_ms(torch, to.step, 5, steps=10, warmup=2)
     got = {k: [] for k in figures}
     for _ in range(args.rounds):
         for k, f in figures.items():

@@ -12,24 +12,8 @@ import time
 import numpy as np
 
 import rlx_gpu
-from rlx_gpu.bench.baselines import torch_cuda
+from rlx_gpu.bench.baselines import cuda_ms, torch_cuda
 from rlx_gpu.bench.timing import Timer, median
-
-
-def cuda_ms(torch, fn, repeats=5, steps=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(repeats):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(steps):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        out.append(s.elapsed_time(e) / steps)
-    return median(out)
 
 
 def main():

@@ -46,21 +46,26 @@ def torch_step_ms(torch, shapes, opt_spec, repeats, dtype="float32") -> float:
                 inner.step()
 
     opt = _Opt()
-    for _ in range(3):
-        opt.step()
+    t = cuda_ms(torch, opt.step, repeats)
+    del opt, inner, ps
+    torch.cuda.empty_cache()
+    return t
+
+
+def cuda_ms(torch, fn, repeats: int, steps: int = 20, warmup: int = 3) -> float:
+    """Milliseconds per call of ``fn`` on the CUDA stream (events around ``steps`` calls; median of ``repeats``)."""
+    for _ in range(warmup):
+        fn()
     torch.cuda.synchronize()
     times = []
-    steps = 20
     for _ in range(repeats):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         for _ in range(steps):
-            opt.step()
+            fn()
         e.record()
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) / steps)
-    del opt, inner, ps
-    torch.cuda.empty_cache()
     return median(times)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RowSparse", "check_sparse", "split_sparse", "coalesce", "grouped", "densify", "refuse_dense", "check_use"]
+__all__ = ["RowSparse", "check_sparse", "split_sparse", "coalesce", "grouped", "densify", "refuse_dense", "check_use",
+           "route"]
 
 
 class RowSparse:
@@ -109,3 +110,15 @@ def check_use(owner: str, spec, sparse: dict, groups, checked: bool, clip) -> No
 def storage_error(owner: str, name: str) -> ValueError:
     return ValueError(f"{owner}.step: sparse grad for {name!r}: sparse updates need float32 params and float32, "
                       "unquantized states")
+
+
+def route(owner: str, spec, name: str, g: RowSparse, group: dict, shape: tuple, dense: dict, sparse: dict) -> None:
+    """One checked sparse grad into ``dense`` (densified: SGD with momentum, whose torch buffer decays every row)
+    or ``sparse`` (``(rows, values)``), after what torch refuses for ``group``."""
+    spec.check_sparse(name, group)
+    idx, vals = check_sparse(owner, name, g, shape)
+    if spec.sparse_dense(group):
+        dense[name] = densify(idx, vals, shape)
+    else:
+        sparse[name] = (idx, vals)
+

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.sparse import (RowSparse, check_sparse, check_use, coalesce, densify, grouped, refuse_dense,
-                           storage_error)
+from ..core.sparse import RowSparse, check_use, coalesce, grouped, refuse_dense, route, storage_error
 from ..core.sync import locked
 from ..runtime.kernels import shipped_kernel
 
@@ -34,8 +33,8 @@ class SparseMixin:
             if b.sig.param.name != "float32" or b.sig.state.name != "float32" or b.sig.qbits:
                 raise storage_error(name, n)
             group = self.param_groups[self._group_of[t]]
-            self.spec.check_sparse(n, group)
             if isinstance(g, DeviceRowSparse):
+                self.spec.check_sparse(n, group)
                 if g.opt is not self or g.name != n:
                     raise ValueError(f"{name}.step: the DeviceRowSparse given for {n!r} was uploaded for "
                                      f"{g.name!r} of another optimizer" if g.opt is not self else
@@ -45,11 +44,7 @@ class SparseMixin:
                                      "with momentum); an uploaded grad cannot: pass the RowSparse to step")
                 out[n] = g
                 continue
-            idx, vals = check_sparse(name, n, g, self._shapes[n])
-            if self.spec.sparse_dense(group):  # (SGD with momentum: torch decays every row of the buffer)
-                dense[n] = densify(idx, vals, self._shapes[n])
-            else:
-                out[n] = (idx, vals)
+            route(name, self.spec, n, g, group, self._shapes[n], dense, out)
         return dense, out
 
     @locked

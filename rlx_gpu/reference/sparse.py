@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..core.sparse import check_sparse, check_use, coalesce, densify, grouped, refuse_dense, storage_error
+from ..core.sparse import check_use, coalesce, grouped, refuse_dense, route, storage_error
 
 F32 = np.float32
 
@@ -60,13 +60,7 @@ class SparseTwin:
                 raise KeyError(f"{name}.step: grad for unknown tensor {n!r}")
             if self.params[n].dtype != F32 or self._state_dt.name != "float32" or self._qbits(n):
                 raise storage_error(name, n)
-            group = self.param_groups[self._group_of[n]]
-            self.check_sparse(n, group)
-            idx, vals = check_sparse(name, n, g, self._shapes[n])
-            if self.sparse_dense(group):  # (SGD with momentum: torch decays every row of the buffer)
-                dense[n] = densify(idx, vals, self._shapes[n])
-            else:
-                out[n] = (idx, vals)
+            route(name, self, n, g, self.param_groups[self._group_of[n]], self._shapes[n], dense, out)
         return dense, out
 
     def _sparse_step(self, sparse: dict) -> None:
