@@ -276,3 +276,20 @@ def test_state_dicts_and_checkpoints_keep_dtypes(tmp_path, twin, device):
     with pytest.raises(ValueError, match="exp_avg of 't0' is float32, this optimizer keeps it in bfloat16"):
         bf.load_state_dict({"state": {n: {k: v for k, v in st.items() if k != "master_param"}
                                       for n, st in sd["state"].items()}, "param_groups": sd["param_groups"]})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("state", ["bfloat16", "float16"])
+def test_float32_params_with_16_bit_states(state, device):
+    """float32 params whose moments are kept in 16 bits: the twin updates the params (it once updated a copy and
+    dropped it) and agrees with the GPU."""
+    params = {"w": np.random.default_rng(3).standard_normal(300).astype(np.float32)}
+    gpu = rlx_gpu.AdamW(params, state_dtype=state, device=device)
+    twin = rlx_gpu.reference.AdamW(params, state_dtype=state)
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        g = {"w": rng.standard_normal(300).astype(np.float32)}
+        gpu.step(g)
+        twin.step(g)
+    assert not np.array_equal(twin.params["w"], params["w"])
+    np.testing.assert_allclose(gpu.params["w"].numpy(), twin.params["w"], rtol=2e-5, atol=1e-6)

@@ -216,19 +216,25 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
     def _apply(self, n, g, st, group, fresh) -> None:
         """``_update`` on float32 working copies of the param and states, then the stores in their dtypes."""
         p = self.params[n]
-        if self._qbits(n):
-            self._apply_quantized(n, g, st, group, fresh, self._qbits(n))
-            return
-        if p.dtype == F32 and self._state_dt.name == "float32":
+        bits = self._qbits(n)
+        if p.dtype == F32 and self._state_dt.name == "float32" and not bits:
             self._update(p, g, st, group, fresh)  # all float32: in place
             return
-        typed = [s for s in self.typed_states() if s in st and st[s].dtype != F32]
-        work = dict(st, **{s: st[s].astype(F32) for s in typed})
-        wp = st[MASTER] if MASTER in st else p.astype(F32)
+        # float32 working copies: 16-bit states widened (rounded back after), quantized ones dequantized (quantized
+        # back after); the param itself where it is float32, else its master copy or a widened copy
+        work, store = self._quantized_work(st, bits) if bits else self._widened_work(st)
+        wp = st[MASTER] if MASTER in st else (p if p.dtype == F32 else p.astype(F32))
         self._update(wp, g, work, group, fresh)
-        for k, v in work.items():
-            st[k] = round_rne(v, self._state_dt) if k in typed else v
+        store(work)
         self._store_param(n, wp, st["step"])
+
+    def _widened_work(self, st: dict):
+        typed = [s for s in self.typed_states() if s in st and st[s].dtype != F32]
+
+        def store(work):
+            for k, v in work.items():
+                st[k] = round_rne(v, self._state_dt) if k in typed else v
+        return dict(st, **{s: st[s].astype(F32) for s in typed}), store
 
     def _store_param(self, n, wp, step) -> None:
         p = self.params[n]

@@ -30,19 +30,19 @@ class QuantizedTwin:
         st.update(quant.entries(s, np.zeros(shape, np.uint8), np.zeros(quant.num_blocks(self.params[name].size, bits),
                                                                           F32), bits, signed))
 
-    def _apply_quantized(self, n, g, st, group, fresh, bits) -> None:
-        """Dequantize, the float32 update, quantize (codes and absmax); the param as in ``_apply``."""
+    def _quantized_work(self, st: dict, bits: int):
+        """(float32 working states: the quantized ones dequantized, and the store that quantizes them back into
+        codes and absmax) for ``_apply``."""
         qs = [s for s in self.quantizable if s + "_codes" in st]
         work = {k: v for k, v in st.items() if not k.endswith(quant.QKEYS)}
         for s in qs:
             work[s] = quant.dequantize(st[s + "_codes"], st[s + "_absmax"], bits, self.quantizable[s])
-        p = self.params[n]
-        wp = st["master_param"] if "master_param" in st else (p if p.dtype == F32 else p.astype(F32))
-        self._update(wp, g, work, group, fresh)
-        for s in qs:
-            st[s + "_codes"], st[s + "_absmax"] = quant.quantize(work.pop(s), bits, self.quantizable[s])
-        st.update(work)
-        self._store_param(n, wp, st["step"])
+
+        def store(work):
+            for s in qs:
+                st[s + "_codes"], st[s + "_absmax"] = quant.quantize(work.pop(s), bits, self.quantizable[s])
+            st.update(work)
+        return work, store
 
     def _dequantized(self, state: dict) -> dict:
         """``state`` with every quantized state as a float32 array of its name."""
