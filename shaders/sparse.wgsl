@@ -37,20 +37,24 @@ fn start(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> vec4<u32> {
     return vec4<u32>(slot_of(gid), gid);
 }
 
+// SparseAdam's update of (up to) four elements, lane by lane: new m, v and p.
+struct AdamOut { m: vec4<f32>, v: vec4<f32>, p: vec4<f32> }
+fn adam4(g: vec4<f32>, m0: vec4<f32>, v0: vec4<f32>, p0: vec4<f32>) -> AdamOut {
+    let m1 = m0 + (g - m0) * f(0u);
+    let v1 = v0 + (g * g - v0) * f(1u);
+    return AdamOut(m1, v1, p0 + f(2u) * (m1 / (sqrt(v1) + f(3u))));
+}
+
 @compute @workgroup_size(256)
 fn sparse_adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
     let t = start(wid, nwg, lid);
     if (t.x == NONE) { return; }
     let j = t.x;
-    let g = grad(t.w);
-    let m0 = st_a[j];
-    let m1 = m0 + (g - m0) * f(0u);
-    st_a[j] = m1;
-    let v0 = st_b[j];
-    let v1 = v0 + (g * g - v0) * f(1u);
-    st_b[j] = v1;
-    param[j] = param[j] + f(2u) * (m1 / (sqrt(v1) + f(3u)));
+    let o = adam4(vec4<f32>(grad(t.w)), vec4<f32>(st_a[j]), vec4<f32>(st_b[j]), vec4<f32>(param[j]));
+    st_a[j] = o.m.x;
+    st_b[j] = o.v.x;
+    param[j] = o.p.x;
 }
 
 @compute @workgroup_size(256)
@@ -81,8 +85,8 @@ fn sparse_sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     param[t.x] = p;
 }
 
-// sparse_adam over four columns per thread, for rows whose length is a multiple of 4 (embedding tables): the same
-// arithmetic as sparse_adam, lane by lane, with a quarter of the index work. (Its bindings alias sparse_adam's;
+// sparse_adam over four columns per thread, for rows whose length is a multiple of 4 (embedding tables): adam4 on
+// all four lanes, with a quarter of the index work. (Its bindings alias sparse_adam's;
 // WGSL allows that across entry points.)
 @group(0) @binding(0) var<storage, read_write> param4: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read_write> st_a4: array<vec4<f32>>;
@@ -98,12 +102,8 @@ fn sparse_adam4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let e = sp_meta[H + gid / L4] * sp_meta[0] + 4u * (gid % L4);
     if (e < sp_meta[3] || e - sp_meta[3] >= sp_meta[4]) { return; }
     let j = (sp_meta[2] + (e - sp_meta[3])) / 4u;
-    let g = select(vals4[gid], -vals4[gid], sp_meta[5] != 0u);
-    let m0 = st_a4[j];
-    let m1 = m0 + (g - m0) * f(0u);
-    st_a4[j] = m1;
-    let v0 = st_b4[j];
-    let v1 = v0 + (g * g - v0) * f(1u);
-    st_b4[j] = v1;
-    param4[j] = param4[j] + f(2u) * (m1 / (sqrt(v1) + f(3u)));
+    let o = adam4(select(vals4[gid], -vals4[gid], sp_meta[5] != 0u), st_a4[j], st_b4[j], param4[j]);
+    st_a4[j] = o.m;
+    st_b4[j] = o.v;
+    param4[j] = o.p;
 }
