@@ -108,7 +108,8 @@ def shipped() -> list:
     out.append(Source(d / "gate.wgsl", t.text(), t.origin, ["choose", "gate_step"], {}, "AdamW's records"))
     wg, ept = COPY_VARIANTS[0]
     for f, consts in (("amp.wgsl", {}), ("copy.wgsl", {"WG": wg, "EPT": ept}), ("sparse.wgsl", {}), ("gemm.wgsl", {}),
-                      ("muon.wgsl", {})):
+                      ("muon.wgsl", {}), ("topk.wgsl", {"EF": True}), ("topk.wgsl", {"EF": False}),
+                      ("topk_rebuild.wgsl", {})):
         code, origin = src.resolve(d / f)
         out.append(Source(d / f, code, origin, src.entry_points(code), consts))
     return out

@@ -1,23 +1,27 @@
 """Data-parallel training with sharded optimizer state (ZeRO-1) over ``torch.distributed`` (gloo) or MPI
-(mpi4py), first version.
+(mpi4py), with optional top-k gradient compression (:mod:`rlx_gpu.compression`).
 
     zero = rlx_gpu.distributed.ZeroRedundancyOptimizer(params, optimizer_class=rlx_gpu.AdamW, lr=1e-3)
     zero.step(local_grads)          # averaged across ranks, each rank steps its shard, params all-gathered
     zero.params["w"]                # every rank holds every parameter (NumPy, float32)
 
-The parameters, flattened one after another, are cut into ``world_size`` contiguous ranges of (nearly) equal
-size, tensors split where a boundary falls; each rank keeps the optimizer state of its range only, as an
-optimizer of ``optimizer_class`` over the pieces of its range (so its device memory for state is 1/N). A step
-all-reduces the grads (the mean over ranks, through the host: gloo or MPI), clips with the global norm and skips a step
-whose averaged grads hold inf/NaN on every rank alike (every rank sees the same averaged grads), steps the shard,
-and all-gathers the updated ranges. Optimizers whose update is elementwise only (a per-tensor reduction would see
-only its piece of a split tensor): Adam, AdamW, SGD, RMSprop, Adagrad, Lion, NAdamW, RAdam, QHAdamW.
+The parameters, flattened one after another, are cut into ``world_size`` contiguous ranges; each rank keeps the
+optimizer state of its range only, as an optimizer of ``optimizer_class`` over the pieces of its range (so its
+device memory for state is 1/N). For elementwise optimizers (Adam, AdamW, SGD, RMSprop, Adagrad, Lion, NAdamW,
+RAdam, QHAdamW) the ranges are of (nearly) equal size and a tensor is split where a boundary falls; for the others
+(LAMB, Adafactor, Mars, Muon, SophiaH: a trust ratio, a norm, factored moments or a matrix function of the whole
+tensor) ranges end at tensor boundaries (the one nearest an equal split), so every tensor is stepped whole by one
+rank and its per-tensor reductions are exact. A step averages the grads (through the host: gloo or MPI), clips
+with the global norm, skips a step whose averaged grads hold inf/NaN on every rank alike, steps the shard and
+all-gathers the updated ranges.
+
+``grad_compression=TopK(ratio, error_feedback)``: the grads live on the device (``zero.grads``, or uploaded from
+the dict given to ``step``); each rank sends its top-k entries per tensor (selected on the GPU, the residual kept
+there), the lists are all-gathered and the mean rebuilt on the device straight into the shard's grad slots.
 
 Checkpoints: ``save(path)`` writes a file per rank; ``restore(path)`` reads the files of a save by any number of
 ranks into this one's range (resharding); :func:`single_process_state` gives them to the single-process optimizer.
-Not built yet (the rest of the multi-GPU issue): top-k compression, reduce-scatter, overlap of transfers and
-collectives, per-tensor reductions across ranks (LAMB, MARS, Adafactor). A failed collective (a rank died or
-timed out) raises a RuntimeError saying so.
+A failed collective (a rank died or timed out) raises a RuntimeError saying so.
 """
 from __future__ import annotations
 
@@ -25,64 +29,14 @@ import numpy as np
 
 from .core.numerics import clip_coef
 
-from .distributed_files import read_shards, single_process_state
+from .distributed_files import read_shards, restore_shard, single_process_state, write_shard
+from .distributed_net import transport
 
-__all__ = ["ZeroRedundancyOptimizer", "shard_ranges", "read_shards", "single_process_state"]
+__all__ = ["ZeroRedundancyOptimizer", "shard_ranges", "tensor_ranges", "read_shards", "single_process_state"]
 
-
-class TorchTransport:
-    """Sum-all-reduce, all-gather and barrier over ``torch.distributed`` (gloo), on NumPy float32 arrays."""
-
-    def __init__(self, group):
-        import torch.distributed as dist
-        if not dist.is_initialized():
-            raise RuntimeError("ZeroRedundancyOptimizer: call torch.distributed.init_process_group first (or pass an "
-                               "mpi4py communicator as process_group)")
-        self.dist, self.group = dist, group
-        self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
-
-    def all_reduce(self, a: np.ndarray) -> None:
-        import torch
-        self.dist.all_reduce(torch.from_numpy(a), group=self.group)  # (in place: the tensor shares a's memory)
-
-    def all_gather(self, a: np.ndarray) -> list:
-        import torch
-        outs = [torch.zeros(a.size, dtype=torch.float32) for _ in range(self.world_size)]
-        self.dist.all_gather(outs, torch.from_numpy(a), group=self.group)
-        return [o.numpy() for o in outs]
-
-    def barrier(self) -> None:
-        self.dist.barrier(group=self.group)
-
-
-class MPITransport:
-    """The same over an mpi4py communicator (``mpirun -n N python train.py``)."""
-
-    def __init__(self, comm):
-        from mpi4py import MPI
-        self.MPI, self.comm = MPI, comm
-        self.rank, self.world_size = comm.Get_rank(), comm.Get_size()
-
-    def all_reduce(self, a: np.ndarray) -> None:
-        self.comm.Allreduce(self.MPI.IN_PLACE, a, op=self.MPI.SUM)
-
-    def all_gather(self, a: np.ndarray) -> list:
-        out = np.empty((self.world_size, a.size), np.float32)
-        self.comm.Allgather(a, out)
-        return list(out)
-
-    def barrier(self) -> None:
-        self.comm.Barrier()
-
-
-def transport(process_group):
-    """``process_group``: None (torch.distributed's default group), a torch ProcessGroup, or an mpi4py
-    communicator (``MPI.COMM_WORLD``)."""
-    if process_group is not None and hasattr(process_group, "Allreduce"):
-        return MPITransport(process_group)
-    return TorchTransport(process_group)
 
 ELEMENTWISE = {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Lion", "NAdamW", "RAdam", "QHAdamW"}
+WHOLE = {"LAMB", "Adafactor", "Mars", "Muon", "SophiaH"}
 
 
 def shard_ranges(total: int, world: int) -> list[tuple[int, int]]:
@@ -91,21 +45,36 @@ def shard_ranges(total: int, world: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:]))
 
 
+def tensor_ranges(sizes, world: int) -> list[tuple[int, int]]:
+    """``world`` contiguous ranges covering the tensors of ``sizes`` one after another, each ending at a tensor
+    boundary: cut r at the boundary nearest ``total * r / world`` (a rank may own nothing)."""
+    bounds = np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))])
+    total = int(bounds[-1])
+    cuts = [0]
+    for r in range(1, world):
+        b = int(bounds[np.argmin(np.abs(bounds * world - total * r))])
+        cuts.append(max(b, cuts[-1]))
+    cuts.append(total)
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
 class ZeroRedundancyOptimizer:
     """ZeRO-1 over ``torch.distributed`` (see the module docstring). ``params``: dict name -> float32 array, the
     same on every rank; ``process_group``: torch's (None: the default group, initialised by the caller) or an mpi4py
-    communicator (``MPI.COMM_WORLD``: the collectives go through MPI);
-    ``defaults``: the inner optimizer's hyperparameters and options (``clip_grad_norm`` and ``skip_nonfinite``
-    are applied globally here)."""
+    communicator (``MPI.COMM_WORLD``: the collectives go through MPI); ``grad_compression``: None or
+    :class:`rlx_gpu.compression.TopK`; ``defaults``: the inner optimizer's hyperparameters and options
+    (``clip_grad_norm`` and ``skip_nonfinite`` are applied globally here)."""
 
     def __init__(self, params: dict, optimizer_class=None, process_group=None, grad_compression=None, **defaults):
+        from .compression import TopK
         from .optim import AdamW
         cls = optimizer_class or AdamW
-        if cls.__name__ not in ELEMENTWISE:
-            raise ValueError(f"ZeroRedundancyOptimizer: {cls.__name__} is not supported yet (elementwise updates "
-                             f"only: {', '.join(sorted(ELEMENTWISE))})")
-        if grad_compression is not None:
-            raise ValueError("ZeroRedundancyOptimizer: grad_compression is not built yet")
+        if cls.__name__ not in ELEMENTWISE | WHOLE:
+            raise ValueError(f"ZeroRedundancyOptimizer: {cls.__name__} is not supported (supported: "
+                             f"{', '.join(sorted(ELEMENTWISE | WHOLE))})")
+        if grad_compression is not None and not isinstance(grad_compression, TopK):
+            raise TypeError(f"ZeroRedundancyOptimizer: grad_compression must be None or rlx_gpu.compression.TopK, "
+                            f"got {type(grad_compression).__name__}")
         self._net = transport(process_group)
         self.rank, self.world_size = self._net.rank, self._net.world_size
         for n, a in params.items():
@@ -117,23 +86,54 @@ class ZeroRedundancyOptimizer:
             self._offsets[n] = off
             off += a.size
         self.numel = off
-        self.ranges = shard_ranges(off, self.world_size)
+        self.whole = cls.__name__ in WHOLE
+        self.ranges = (tensor_ranges([a.size for a in self.params.values()], self.world_size) if self.whole
+                       else shard_ranges(off, self.world_size))
         lo, hi = self.ranges[self.rank]
         self._pieces = {}  # piece name -> (tensor, start, stop) in the tensor's flat elements
         for n, a in self.params.items():
             s, e = max(lo, self._offsets[n]), min(hi, self._offsets[n] + a.size)
             if s < e:
-                self._pieces[f"{n}[{s - self._offsets[n]}:{e - self._offsets[n]}]"] = \
-                    (n, s - self._offsets[n], e - self._offsets[n])
+                key = n if self.whole else f"{n}[{s - self._offsets[n]}:{e - self._offsets[n]}]"
+                self._pieces[key] = (n, s - self._offsets[n], e - self._offsets[n])
         self.clip_grad_norm = defaults.pop("clip_grad_norm", None)
         self.skip_nonfinite = defaults.pop("skip_nonfinite", False)
         self.last_step_skipped = False
         self._last_norm = None
         self._broken = None  # (a collective that failed after this rank's shard had stepped)
-        pieces = {k: self.params[n].reshape(-1)[s:e].copy() for k, (n, s, e) in self._pieces.items()}
+        pieces = {k: self._piece(k, self.params[n].reshape(-1), self._offsets[n]) for k, (n, s, e) in
+                  self._pieces.items()}
         self._check_same_params()
         self.inner = cls(pieces, **defaults) if pieces else None  # (a rank may own nothing when N > numel)
         self._class = cls.__name__
+        self._comp = None
+        if grad_compression is not None:
+            self._compression(grad_compression)
+
+    def _piece(self, k: str, flat: np.ndarray, base: int = 0) -> np.ndarray:
+        """Piece ``k``'s elements out of ``flat`` (the model's flat order from ``base``), shaped as the inner
+        optimizer holds it (whole tensors keep their shape; pieces of split ones are flat)."""
+        n, s, e = self._pieces[k]
+        a = flat[self._offsets[n] - base + s:self._offsets[n] - base + e].copy()
+        return a.reshape(self.params[n].shape) if self.whole else a
+
+    def _compression(self, topk) -> None:
+        from .compression import Rebuild, TopKCompressor
+        if self.inner is None:
+            raise ValueError(f"ZeroRedundancyOptimizer (rank {self.rank}): grad_compression needs every rank to own "
+                             "a part of the params (fewer ranks, or whole tensors enough for each)")
+        dev = self.inner.device
+        self._comp = TopKCompressor(dev, {n: a.shape for n, a in self.params.items()}, topk)
+        self._rebuild = Rebuild(dev, [(self.inner.grads[k], self._offsets[n] + s)
+                                      for k, (n, s, e) in self._pieces.items()], self._comp.K, self.world_size)
+
+    @property
+    def grads(self) -> dict:
+        """With ``grad_compression``: this rank's grads on its device (name -> DeviceTensor), which ``step(None)``
+        compresses (a WGSL backward pass can write them in place)."""
+        if self._comp is None:
+            raise AttributeError("ZeroRedundancyOptimizer.grads: only with grad_compression (else step takes grads)")
+        return self._comp.grads
 
     def _check_same_params(self) -> None:
         """Every rank was given the same tensor names and shapes (a fingerprint all-gathered), else ValueError."""
@@ -161,22 +161,25 @@ class ZeroRedundancyOptimizer:
             out[self._offsets[n]:self._offsets[n] + a.size] = a.reshape(-1)
         return out
 
-    def step(self, grads: dict, grads_averaged: bool = False) -> None:
+    def step(self, grads: dict | None = None, grads_averaged: bool = False) -> None:
         """One step with this rank's ``grads`` (dict name -> float32 array; every tensor): the mean over ranks
         (unless ``grads_averaged``), the global clip and inf/NaN skip, this rank's shard stepped, params
-        all-gathered."""
+        all-gathered. With ``grad_compression``, ``grads=None`` compresses ``zero.grads`` as they are on the
+        device."""
         if self._broken:
             raise RuntimeError(f"ZeroRedundancyOptimizer (rank {self.rank}): a collective failed in an earlier step "
                                f"({self._broken}); this rank's state is ahead of the params: restore a checkpoint")
+        if self._comp is not None:
+            return self._step_compressed(grads, grads_averaged)
+        if grads is None:
+            raise TypeError("ZeroRedundancyOptimizer.step: grads are required (a dict name -> float32 array)")
         g = self._flat(grads)
         if not grads_averaged:
             self._collective("the grads' all-reduce", lambda: self._net.all_reduce(g))
             g /= np.float32(self.world_size)
             bad = not np.isfinite(g).all()
         else:  # (each rank's own grads: the skip is agreed on)
-            flag = np.array([0.0 if np.isfinite(g).all() else 1.0], np.float32)
-            self._collective("the inf/NaN flag's all-reduce", lambda: self._net.all_reduce(flag))
-            bad = bool(flag[0])
+            bad = self._agree(not np.isfinite(g).all())
         self.last_step_skipped = self.skip_nonfinite and bad
         if self.last_step_skipped:
             return
@@ -184,11 +187,51 @@ class ZeroRedundancyOptimizer:
             self._last_norm = float(np.sqrt(np.sum(g.astype(np.float64) ** 2)))
             g = g * clip_coef(np.float32(self._last_norm), self.clip_grad_norm)
         if self.inner is not None:
-            self.inner.step({k: g[self._offsets[n] + s:self._offsets[n] + e].copy()
-                             for k, (n, s, e) in self._pieces.items()})
-            mine = np.concatenate([v.reshape(-1) for v in self.inner.read_params().values()])
-        else:
-            mine = np.zeros(0, np.float32)
+            self.inner.step({k: self._piece(k, g) for k in self._pieces})
+        self._finish_step()
+
+    def _agree(self, bad: bool) -> bool:
+        """Whether any rank saw inf/NaN (a one-element all-reduce)."""
+        flag = np.array([1.0 if bad else 0.0], np.float32)
+        self._collective("the inf/NaN flag's all-reduce", lambda: self._net.all_reduce(flag))
+        return bool(flag[0])
+
+    def _step_compressed(self, grads, grads_averaged: bool) -> None:
+        """Top-k: this rank's entries selected on its device, every rank's lists all-gathered, the mean rebuilt in
+        the shard's grad slots on the device, clipped by the global norm (partial sums all-reduced)."""
+        if grads_averaged:
+            raise ValueError("ZeroRedundancyOptimizer.step: grads_averaged=True means nothing to exchange; it does "
+                             "not combine with grad_compression")
+        if grads is not None:
+            self._flat(grads)  # (the checks only: names, shapes, dtypes)
+            self._comp.write(grads)
+        sent = self._comp.compress(self._agree if self.skip_nonfinite else None)
+        if sent is None:  # (a rank saw inf/NaN: skipped everywhere, residuals unchanged)
+            self.last_step_skipped = True
+            return
+        lists = self._collective("the top-k lists' all-gather", lambda: self._net.all_gather(self._comp.out))
+        partial = self._rebuild.run(np.stack(lists))
+        coef = 1.0
+        if self.clip_grad_norm is not None or self.skip_nonfinite:
+            tot = np.array([np.sum(partial, dtype=np.float64)], np.float64)
+            self._collective("the grads' norm all-reduce", lambda: self._net.all_reduce(tot))
+            self.last_step_skipped = self.skip_nonfinite and not np.isfinite(tot[0])
+            if self.last_step_skipped:
+                return
+            if self.clip_grad_norm is not None:
+                self._last_norm = float(np.sqrt(tot[0]))
+                coef = clip_coef(np.float32(self._last_norm), self.clip_grad_norm)
+        self.last_step_skipped = False
+        self.inner._grad_mul = float(coef)  # (the kernels read grads times grad_mul)
+        try:
+            self.inner.step(None)
+        finally:
+            self.inner._grad_mul = 1.0
+        self._finish_step()
+
+    def _finish_step(self) -> None:
+        mine = (np.concatenate([v.reshape(-1) for v in self.inner.read_params().values()]) if self.inner is not None
+                else np.zeros(0, np.float32))
         self._all_gather(mine)
 
     def _all_gather(self, mine: np.ndarray) -> None:
@@ -225,72 +268,12 @@ class ZeroRedundancyOptimizer:
     # -- checkpoints: a file per rank, read back by any number of ranks (or one process) ----------------------------
     def save(self, path) -> None:
         """Each rank writes ``<path>.rank<r>-of-<N>.npz`` (atomically: a temporary file renamed): its range of every
-        state buffer, flattened, its step counts, and (rank 0) the params; then waits for every rank."""
-        import glob
-        import json
-        import os
-        import tempfile
-        if self._broken:
-            raise RuntimeError(f"ZeroRedundancyOptimizer.save (rank {self.rank}): a collective failed earlier "
-                               f"({self._broken}); this rank's state is ahead of its params: not saved")
-        token = np.array([float(int.from_bytes(os.urandom(2), "little")) if self.rank == 0 else 0.0], np.float32)
-        self._collective("the save's id", lambda: self._net.all_reduce(token))  # (rank 0's, on every rank)
-        sd = self.inner.state_dict(dequantize=True) if self.inner is not None else {"state": {}, "param_groups": []}
-        lo, hi = self.ranges[self.rank]
-        arrays, steps, scalars = {}, {}, {}
-        for k, (n, s, e) in self._pieces.items():
-            st = sd["state"].get(k, {})
-            steps[n] = int(st.get("step", 0))
-            for name, v in st.items():
-                v = np.asarray(v, np.float32)
-                if name == "step":
-                    continue
-                if v.ndim == 0:
-                    scalars.setdefault(name, {})[n] = float(v)
-                else:
-                    arrays.setdefault(name, np.zeros(hi - lo, np.float32))[self._offsets[n] + s - lo:
-                                                                           self._offsets[n] + e - lo] = v
-        groups = [{k: v for k, v in g.items() if k != "params"} for g in sd["param_groups"]]
-        meta = {"format": "rlx_gpu.zero", "version": 1, "save": int(token[0]), "class": self._class,
-                "world": self.world_size, "rank": self.rank, "range": [lo, hi],
-                "names": list(self.params), "shapes": [list(a.shape) for a in self.params.values()], "steps": steps,
-                "scalars": scalars, "groups": groups}
-        out = {f"state/{k}": v for k, v in arrays.items()}
-        out["__meta__"] = np.frombuffer(json.dumps(meta, default=lambda o: list(o) if isinstance(o, tuple) else
-                                                   str(o)).encode(), np.uint8)
-        if self.rank == 0:
-            out.update({f"param/{i}": a for i, a in enumerate(self.params.values())})
-        final = f"{os.fspath(path)}.rank{self.rank}-of-{self.world_size}.npz"
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(final)), suffix=".npz")
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **out)
-        os.replace(tmp, final)
-        self._collective("the save's barrier", self._net.barrier)
-        if self.rank == 0:  # (the files of a save by another number of ranks to the same path would be read too)
-            for f in glob.glob(f"{glob.escape(os.fspath(path))}.rank*-of-*.npz"):
-                if not f.endswith(f"-of-{self.world_size}.npz"):
-                    os.unlink(f)
+        state buffer (whole tensors' state as it is shaped), its step counts, its top-k residual, and (rank 0) the
+        params; then waits for every rank (:func:`rlx_gpu.distributed_files.write_shard`)."""
+        write_shard(self, path)
 
     def restore(self, path) -> None:
         """Load a checkpoint saved by any number of ranks into this one's range (resharding as needed): params,
-        step counts and state; the hyperparameters stay as this optimizer was made (the files record them)."""
-        params, full, steps, scalars = read_shards(path, list(self.params), [a.shape for a in self.params.values()],
-                                                   self._class)
-        if self.inner is None:
-            for n, a in params.items():
-                self.params[n][...] = a
-            self._broken = None
-            return
-        state = {}
-        for k, (n, s, e) in self._pieces.items():
-            if steps.get(n):
-                state[k] = {"step": steps[n], **{name: full[name][self._offsets[n] + s:self._offsets[n] + e].copy()
-                                                 for name in full},
-                            **{name: np.array(v[n], np.float32) for name, v in scalars.items() if n in v}}
-        sd = self.inner.state_dict()
-        self.inner.load_state_dict({"state": state, "param_groups": sd["param_groups"]}, cast=True,
-                                   params={k: params[n].reshape(-1)[s:e].copy()
-                                           for k, (n, s, e) in self._pieces.items()})  # (checked before any change)
-        for n, a in params.items():
-            self.params[n][...] = a
-        self._broken = None
+        step counts and state (and the top-k residual when saved by as many ranks); the hyperparameters stay as this
+        optimizer was made (the files record them)."""
+        restore_shard(self, path)

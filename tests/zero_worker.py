@@ -1,6 +1,7 @@
 """One rank of tests/test_distributed.py (run by torch.distributed.run): ZeRO-1 over gloo with rank-dependent
 grads; every rank writes its params after every step (and whether the step was skipped) to <out>.rank<r>.npz.
-Arguments: out, optimizer class, steps, options (a dict literal), first step's number (grads' seeds),
+Arguments: out, optimizer class, steps, options (a dict literal; "topk": (ratio, error feedback) compresses),
+first step's number (grads' seeds),
 a checkpoint to restore first ('-': none), a checkpoint to save at the end ('-': none)."""
 import ast
 import datetime
@@ -12,6 +13,7 @@ import torch.distributed as dist
 import numpy as np
 
 import rlx_gpu
+import rlx_gpu.compression
 from rlx_gpu.distributed import ZeroRedundancyOptimizer
 
 out, cls_name, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -30,6 +32,9 @@ else:
 rng = np.random.default_rng(0)
 shapes = {"a": (37, 5), "b": (11,), "c": (4, 4, 3), "d": (1,)}
 params = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+topk = opts.pop("topk", None)  # (ratio, error feedback): top-k compression
+if topk is not None:
+    opts["grad_compression"] = rlx_gpu.compression.TopK(*topk)
 zero = ZeroRedundancyOptimizer(params, optimizer_class=getattr(rlx_gpu, cls_name), process_group=group,
                                device="cpu", **opts)
 if restore != "-":
@@ -42,7 +47,7 @@ for s in range(first, first + steps):
         before = {n: v.copy() for n, v in zero.params.items()}
         state = zero.inner.state_dict()["state"]
         try:
-            zero.step({n: np.zeros(v, np.float32) for n, v in shapes.items()})
+            zero.step({n: np.ones(v, np.float32) for n, v in shapes.items()})
         except RuntimeError as e:
             print("CAUGHT:", e, flush=True)
             after = zero.inner.state_dict()["state"]

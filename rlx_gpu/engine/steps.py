@@ -27,6 +27,8 @@ from .gating import GateMixin, Outcome
 class StepMixin(GateMixin):
     """``step``, ``last_step_skipped`` and the host bookkeeping of the GPU optimizers."""
 
+    _grad_mul = 1.0  # the grads' multiplier in the next steps' records (rlx_gpu.distributed sets a global clip's)
+
     def _init_host_state(self):
         spec, n = self.spec, len(self._names)
         self._steps = np.zeros(n, np.int64)
@@ -218,7 +220,7 @@ class StepMixin(GateMixin):
         if self._sr.any():
             words["rkey"] = step_keys(self.precision["rounding_seed"], steps, self._name_hash)
         recs = rec.pack(n, cols, flags, words)
-        glob = rec.pack_global(grad_mul=1.0, inv_scale=1.0, norm_p=2.0,  # (a device loss scale sets both on the device)
+        glob = rec.pack_global(grad_mul=self._grad_mul, inv_scale=1.0, norm_p=2.0,  # (a device loss scale sets both on the device)
                                max_norm=self.clip_grad_norm if self.clip_grad_norm is not None else 0.0,
                                device_scale=1 if device_scale else 0)
         return np.ascontiguousarray(np.concatenate([recs, glob[None]]))

@@ -1,0 +1,258 @@
+// Top-k gradient compression with error feedback (rlx_gpu/compression.py; the spec: rlx_gpu/reference/topk.py).
+// Per tensor, the k entries of largest |acc| (acc = residual + grad, or grad without error feedback), ranked by the
+// bits of |acc| as u32 (NaN > inf > finite), ties to the lowest index, written in increasing index order.
+// Radix select over the 31 bits of |acc|: three passes of an 11-, 11- and 9-bit digit (hist + pick), then per
+// block the count of entries above / equal to the threshold (count), per tensor the blocks' output offsets (scan),
+// and the compaction (compact), which also leaves the residual (acc with the sent entries zeroed).
+// Blocks are a Layout's (rlx_gpu/runtime/layout.py): (tensor, first vec4 in the chunk, end element, global block),
+// BLOCK = 4096 elements = 256 threads x 4 vec4. sel: 8 words per tensor: [threshold prefix, still needed, k, flat
+// offset of the tensor, output base, first block, block count, -]. hist: 2048 bins per tensor, then a flag word
+// (set when acc holds inf/NaN). cnt: 2 words per block. outp: K indices, then K value bits.
+// prm: [pass, blocks in this dispatch, K, tensors, -, ...].
+
+override EF: bool = true;
+
+@group(0) @binding(0) var<storage, read_write> res: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> grad: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> blocks: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read_write> hist: array<atomic<u32>>;
+@group(0) @binding(4) var<storage, read_write> sel: array<u32>;
+@group(0) @binding(5) var<storage, read_write> cnt: array<u32>;
+@group(0) @binding(6) var<storage, read_write> outp: array<u32>;
+@group(0) @binding(7) var<storage, read> prm: array<u32>;
+
+const BLOCK: u32 = 4096u;
+const BINS: u32 = 2048u;
+const WG: u32 = 256u;
+
+var<workgroup> wh: array<atomic<u32>, 2048>;
+var<workgroup> scan_a: array<u32, 256>;
+var<workgroup> wnb: u32;
+var<workgroup> total: u32;
+
+fn acc4(v: u32) -> vec4<f32> {
+    if (EF) { return res[v] + grad[v]; }
+    return grad[v];
+}
+
+fn abits(x: vec4<f32>) -> vec4<u32> { return bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu); }
+
+fn shift_of(pass_: u32) -> u32 { return select(select(0u, 9u, pass_ == 1u), 20u, pass_ == 0u); }
+fn hi_of(pass_: u32) -> u32 { return select(select(9u, 20u, pass_ == 1u), 31u, pass_ == 0u); }
+
+fn block_id(wid: vec3<u32>, nwg: vec3<u32>) -> u32 { return wid.x + wid.y * nwg.x; }
+
+// Histogram of the current digit of |acc| over the entries whose higher digits equal the prefix found so far.
+@compute @workgroup_size(256)
+fn topk_hist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let b = block_id(wid, nwg);
+    let live = b < prm[1];
+    for (var j = 0u; j < 8u; j++) { atomicStore(&wh[lid + WG * j], 0u); }
+    workgroupBarrier();
+    let blk = blocks[select(0u, b, live)];
+    let t = blk.x;
+    let p = prm[0];
+    let sh = shift_of(p);
+    let hi = hi_of(p);
+    let mask = (1u << (hi - sh)) - 1u;
+    let prefix = sel[8u * t] >> hi;
+    var bad = false;
+    if (live) {
+        for (var j = 0u; j < 4u; j++) {
+            let v = blk.y + lid + WG * j;
+            if (4u * v >= blk.z) { break; }
+            let x = acc4(v);
+            let a = abits(x);
+            for (var c = 0u; c < 4u; c++) {
+                if (4u * v + c >= blk.z) { break; }
+                bad = bad || a[c] >= 0x7f800000u;
+                if ((a[c] >> hi) == prefix) {
+                    atomicAdd(&wh[(a[c] >> sh) & mask], 1u);
+                }
+            }
+        }
+    }
+    if (bad && p == 0u) { atomicOr(&hist[BINS * prm[3]], 1u); }
+    workgroupBarrier();
+    if (live) {
+        for (var j = 0u; j < 8u; j++) {
+            let c = atomicLoad(&wh[lid + WG * j]);
+            if (c != 0u) { atomicAdd(&hist[BINS * t + lid + WG * j], c); }
+        }
+    }
+}
+
+// One workgroup per tensor: the bin holding the entry ranked `need`, from the top; the prefix grows by that digit
+// and `need` becomes its rank within the bin. The tensor's bins are cleared for the next pass.
+@compute @workgroup_size(256)
+fn topk_pick(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let t = block_id(wid, nwg);
+    let live = t < prm[3];
+    let tt = select(0u, t, live);
+    var s = 0u;
+    for (var j = 0u; j < 8u; j++) { s += atomicLoad(&hist[BINS * tt + 8u * lid + j]); }
+    scan_a[lid] = s;
+    workgroupBarrier();
+    if (live && lid == 0u) {
+        let sh = shift_of(prm[0]);
+        let need = sel[8u * t + 1u];
+        var above = 0u;
+        var bin = 0u;
+        for (var q = 0u; q < WG; q++) {
+            let th = WG - 1u - q;
+            if (above + scan_a[th] >= need) {
+                for (var r = 0u; r < 8u; r++) {
+                    let bb = 8u * th + 7u - r;
+                    let c = atomicLoad(&hist[BINS * t + bb]);
+                    if (above + c >= need) { bin = bb; break; }
+                    above += c;
+                }
+                break;
+            }
+            above += scan_a[th];
+        }
+        sel[8u * t] = sel[8u * t] | (bin << sh);
+        sel[8u * t + 1u] = need - above;
+    }
+    workgroupBarrier();
+    if (live) {
+        for (var j = 0u; j < 8u; j++) { atomicStore(&hist[BINS * t + 8u * lid + j], 0u); }
+    }
+}
+
+// Exclusive prefix sum over the workgroup of `v` in scan_a (every thread calls it; returns this thread's part and
+// leaves the total in `total`).
+fn wg_scan(v: u32, lid: u32) -> u32 {
+    scan_a[lid] = v;
+    workgroupBarrier();
+    for (var d = 1u; d < WG; d = d * 2u) {
+        let o = select(0u, scan_a[max(lid, d) - d], lid >= d);
+        workgroupBarrier();
+        scan_a[lid] += o;
+        workgroupBarrier();
+    }
+    let incl = scan_a[lid];
+    if (lid == WG - 1u) { total = incl; }
+    workgroupBarrier();
+    return incl - v;
+}
+
+// Per block: how many entries lie above the threshold, and how many equal it.
+@compute @workgroup_size(256)
+fn topk_count(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let b = block_id(wid, nwg);
+    let live = b < prm[1];
+    let blk = blocks[select(0u, b, live)];
+    let thr = sel[8u * blk.x];
+    var gt = 0u;
+    var eq = 0u;
+    if (live) {
+        for (var j = 0u; j < 4u; j++) {
+            let v = blk.y + lid + WG * j;
+            if (4u * v >= blk.z) { break; }
+            let a = abits(acc4(v));
+            for (var c = 0u; c < 4u; c++) {
+                if (4u * v + c >= blk.z) { break; }
+                gt += select(0u, 1u, a[c] > thr);
+                eq += select(0u, 1u, a[c] == thr);
+            }
+        }
+    }
+    _ = wg_scan(gt, lid);
+    let g = total;
+    _ = wg_scan(eq, lid);
+    if (live && lid == 0u) {
+        cnt[2u * blk.w] = g;
+        cnt[2u * blk.w + 1u] = total;
+    }
+}
+
+// One workgroup per tensor, over its blocks in order: each block's output offset and the equal entries before it.
+@compute @workgroup_size(256)
+fn topk_scan(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let t = block_id(wid, nwg);
+    let live = t < prm[3];
+    let tt = select(0u, t, live);
+    let need = sel[8u * tt + 1u];
+    let first = sel[8u * tt + 5u];
+    if (lid == 0u) { wnb = select(0u, sel[8u * tt + 6u], live); }
+    let nb = workgroupUniformLoad(&wnb);  // (read_write storage is not uniform for the barriers below)
+    var out = sel[8u * tt + 4u];
+    var eqb = 0u;
+    for (var base = 0u; base < nb; base += WG) {
+        let b = first + base + lid;
+        let mine = base + lid < nb;
+        let gt = select(0u, cnt[2u * b], mine);
+        let eq = select(0u, cnt[2u * b + 1u], mine);
+        let eq_before = eqb + wg_scan(eq, lid);
+        let eq_total = total;
+        let take = min(eq, select(0u, need - eq_before, need > eq_before));
+        let off = out + wg_scan(gt + take, lid);
+        let taken = total;
+        if (mine) {
+            cnt[2u * b] = off;
+            cnt[2u * b + 1u] = eq_before;
+        }
+        out += taken;
+        eqb += eq_total;
+    }
+}
+
+// Per block, 16 consecutive entries a thread: the entries above the threshold and the first `need` equal ones (in
+// index order) are written as (flat index, value); with error feedback the residual becomes acc, sent entries 0.
+@compute @workgroup_size(256)
+fn topk_compact(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let b = block_id(wid, nwg);
+    let live = b < prm[1];
+    let blk = blocks[select(0u, b, live)];
+    let t = blk.x;
+    let thr = sel[8u * t];
+    let need = sel[8u * t + 1u];
+    let K = prm[2];
+    var xs: array<vec4<f32>, 4>;
+    var eq = 0u;
+    var gt = 0u;
+    for (var j = 0u; j < 4u; j++) {
+        let v = blk.y + 4u * lid + j;
+        var x = vec4<f32>(0.0);
+        if (live && 4u * v < blk.z) { x = acc4(v); }
+        xs[j] = x;
+        let a = abits(x);
+        for (var c = 0u; c < 4u; c++) {
+            let inside = live && 4u * v + c < blk.z;
+            gt += select(0u, 1u, inside && a[c] > thr);
+            eq += select(0u, 1u, inside && a[c] == thr);
+        }
+    }
+    var eq_rank = cnt[2u * blk.w + 1u] + wg_scan(eq, lid);
+    // (entries taken: all above, and equal ones while their rank among the tensor's equal ones is below need)
+    let eq_take = min(eq, select(0u, need - eq_rank, need > eq_rank));
+    var pos = cnt[2u * blk.w] + wg_scan(gt + eq_take, lid);
+    let flat0 = sel[8u * t + 3u] + (blk.w - sel[8u * t + 5u]) * BLOCK;  // (the block's first entry, flat)
+    for (var j = 0u; j < 4u; j++) {
+        let v = blk.y + 4u * lid + j;
+        if (!live || 4u * v >= blk.z) { break; }
+        var x = xs[j];
+        let a = abits(x);
+        for (var c = 0u; c < 4u; c++) {
+            if (4u * v + c >= blk.z) { break; }
+            var take = a[c] > thr;
+            if (a[c] == thr) {
+                take = eq_rank < need;
+                eq_rank += 1u;
+            }
+            if (take) {
+                outp[pos] = flat0 + 4u * v + c - 4u * blk.y;
+                outp[K + pos] = bitcast<u32>(x[c]);
+                pos += 1u;
+                x[c] = 0.0;
+            }
+        }
+        if (EF) { res[v] = x; }
+    }
+}
