@@ -1,10 +1,15 @@
-"""ZeRO-1 on several GPUs, one process each (run by torch.distributed.run; multi-GPU issue): per rank, the adapter
-it selected (``vulkan:<local rank>``), its state bytes, and the parts of a step on GPT-2 124M's shapes: the grads'
-all-reduce through the host (gloo), the shard's optimizer step (wall, synchronised), the params' all-gather.
+"""ZeRO-1 on several GPUs, one process each (run by torch.distributed.run; multi-GPU issue). Per rank and param set:
+the adapter it selected (``vulkan:<local rank>``); the optimizer step alone (grads already in the device slots) of
+the rank's shard against the single-GPU optimizer over every tensor on the same GPU, and their state bytes; a whole
+ZeRO step uncompressed and with top-k compression, each part timed (``zero.profile``: the device synchronised
+between parts): for the uncompressed one the grads' download from the device (timed on an arena of the model's
+size), the host all-reduce, the shard's upload and step, the params' download and all-gather; for top-k the
+selection and the lists' download, their all-gather, the upload and rebuild of the mean, the step, the params.
 
-    torchrun --standalone --nproc_per_node=2 benchmarks/zero_bench.py [--set gpt2-124m] [--steps 3] [--json out]
+    torchrun --standalone --nproc_per_node=2 benchmarks/zero_bench.py --sets gpt2-124m,gpt2-1.5b --json out.json
 """
 import argparse
+import gc
 import json
 import os
 import time
@@ -16,46 +21,98 @@ import numpy as np
 import rlx_gpu
 from rlx_gpu.bench.shapes import param_set
 from rlx_gpu.bench.timing import median
+from rlx_gpu.compression import TopK
+from rlx_gpu.core.lowp import F32
 from rlx_gpu.distributed import ZeroRedundancyOptimizer
+from rlx_gpu.runtime.arena import Arena
+from rlx_gpu.runtime.layout import Layout
+
+
+def step_ms(opt, steps):
+    """Median wall time of ``opt.step()`` on the grads in its device slots, the device synchronised."""
+    out = []
+    for _ in range(steps + 1):
+        opt.device.sync()
+        t = time.perf_counter()
+        opt.step()
+        opt.device.sync()
+        out.append(1e3 * (time.perf_counter() - t))
+    return median(out[1:])
+
+
+def zero_parts(zero, grads, steps):
+    """Median of each part of ``steps`` profiled ZeRO steps (after one warm-up) and of their sum."""
+    zero.profile = True
+    rows = []
+    for _ in range(steps + 1):
+        zero.step(grads)
+        rows.append(dict(zero.timings, total=sum(zero.timings.values())))
+    return {k: median([r[k] for r in rows[1:]]) for k in rows[0]}
+
+
+def one_set(name, sel, steps, ratio, rank):
+    shapes = param_set(name)
+    rng = np.random.default_rng(rank)
+    params = {n: np.full(s, 0.01, np.float32) for n, s in shapes}
+    grads = {n: (rng.random(int(np.prod(s)), dtype=np.float32) - 0.5).reshape(s) for n, s in shapes}
+    out = {"set": name, "numel": int(sum(a.size for a in params.values()))}
+    full = rlx_gpu.AdamW(params, device=sel)  # the single-GPU optimizer over every tensor, on this rank's GPU
+    dev = full.device
+    full.write_grads(grads)
+    out["single_step_ms"] = step_ms(full, steps)
+    out["single_state_bytes"] = full.memory()["state"]
+    del full
+    gc.collect()
+    zero = ZeroRedundancyOptimizer(params, optimizer_class=rlx_gpu.AdamW, device=sel)
+    zero.inner.write_grads({k: zero._piece(k, np.concatenate([grads[n].reshape(-1) for n in params]))
+                            for k in zero._pieces})
+    out["shard_step_ms"] = step_ms(zero.inner, steps)
+    out["shard_state_bytes"] = zero.memory()["state"]
+    out["step_ratio"] = out["shard_step_ms"] / out["single_step_ms"]
+    out["state_ratio"] = out["shard_state_bytes"] / out["single_state_bytes"]
+    lay = Layout([a.size for a in params.values()], alignment=dev.alignment, max_binding=dev.max_storage_binding,
+                 block=4096)
+    arena = Arena(dev, lay, "bench.grads", F32)  # (the grads on the device: their download is part of the exchange)
+    host = [np.empty(n, np.float32) for n in lay.chunk_elems]
+    t = []
+    for _ in range(steps + 1):
+        dev.sync()
+        t0 = time.perf_counter()
+        arena.device.transfer.download([(b, 0, h.view(np.uint8)) for b, h in zip(arena.buffers, host)])
+        t.append(1e3 * (time.perf_counter() - t0))
+    del arena, host
+    out["uncompressed"] = {"download_grads": median(t[1:]), **zero_parts(zero, grads, steps)}
+    out["uncompressed"]["exchange"] = out["uncompressed"]["download_grads"] + out["uncompressed"]["all_reduce"]
+    del zero
+    gc.collect()
+    zc = ZeroRedundancyOptimizer(params, optimizer_class=rlx_gpu.AdamW, device=sel, grad_compression=TopK(ratio))
+    zc._comp.write(grads)
+    parts = zero_parts(zc, None, steps)
+    parts["exchange"] = parts["select_and_download"] + parts["all_gather_lists"] + parts["upload_and_rebuild"]
+    out[f"topk_{ratio}"] = dict(parts, K=zc._comp.K)
+    del zc
+    gc.collect()
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", default="gpt2-124m")
+    ap.add_argument("--sets", default="gpt2-124m")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--topk", type=float, default=0.01)
     ap.add_argument("--device", default=None, help="adapter selector (default vulkan:<LOCAL_RANK>)")
     ap.add_argument("--json")
     args = ap.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     sel = args.device or f"vulkan:{os.environ.get('LOCAL_RANK', rank)}"
-    shapes = param_set(args.set)
-    params = {n: np.full(s, 0.01, np.float32) for n, s in shapes}
-    zero = ZeroRedundancyOptimizer(params, optimizer_class=rlx_gpu.AdamW, device=sel)
-    grads = {n: np.full(s, 1e-3, np.float32) for n, s in shapes}
-    dev = zero.inner.device
-    t = {"all_reduce": [], "step": [], "all_gather": [], "total": []}
-    flat = torch.from_numpy(zero._flat(grads))
-    for _ in range(args.steps + 1):
-        t0 = time.perf_counter()
-        f = flat.clone()
-        dist.all_reduce(f)
-        t1 = time.perf_counter()
-        zero.inner.step({k: np.asarray(f.numpy()[zero._offsets[n] + s:zero._offsets[n] + e])
-                         for k, (n, s, e) in zero._pieces.items()})
-        dev.sync()
-        t2 = time.perf_counter()
-        zero._all_gather(np.concatenate([v.reshape(-1) for v in zero.inner.read_params().values()]))
-        t3 = time.perf_counter()
-        for k, v in zip(t, (t1 - t0, t2 - t1, t3 - t2, t3 - t0)):
-            t[k].append(v * 1e3)
-    out = {"rank": rank, "world": world, "adapter": dev.name, "selector": sel, "position": dev.position,
-           "numel": zero.numel, "state_bytes": zero.memory()["state"],
-           **{f"{k}_ms": median(v[1:]) for k, v in t.items()}}
-    print(json.dumps(out), flush=True)
+    dev = rlx_gpu.get_device(sel)
+    res = {"rank": rank, "world": world, "adapter": dev.name, "selector": sel, "position": dev.position,
+           "sets": [one_set(s, sel, args.steps, args.topk, rank) for s in args.sets.split(",")]}
+    print(json.dumps(res, indent=1), flush=True)
     if args.json:
         with open(args.json.replace(".json", f".rank{rank}.json"), "w") as fh:
-            json.dump(out, fh, indent=1)
+            json.dump(res, fh, indent=1)
     dist.destroy_process_group()
 
 

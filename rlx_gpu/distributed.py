@@ -107,6 +107,9 @@ class ZeroRedundancyOptimizer:
         self.inner = cls(pieces, **defaults) if pieces else None  # (a rank may own nothing when N > numel)
         self._class = cls.__name__
         self._comp = None
+        #: With ``profile = True`` each step syncs the device between its parts and records their wall times (ms) in
+        #: ``timings`` (benchmarks/zero_bench.py); off, nothing waits that would not wait anyway.
+        self.profile, self.timings, self._t0 = False, {}, 0.0
         if grad_compression is not None:
             self._compression(grad_compression)
 
@@ -169,13 +172,16 @@ class ZeroRedundancyOptimizer:
         if self._broken:
             raise RuntimeError(f"ZeroRedundancyOptimizer (rank {self.rank}): a collective failed in an earlier step "
                                f"({self._broken}); this rank's state is ahead of the params: restore a checkpoint")
+        self._mark(None)
         if self._comp is not None:
             return self._step_compressed(grads, grads_averaged)
         if grads is None:
             raise TypeError("ZeroRedundancyOptimizer.step: grads are required (a dict name -> float32 array)")
         g = self._flat(grads)
+        self._mark("flatten")
         if not grads_averaged:
             self._collective("the grads' all-reduce", lambda: self._net.all_reduce(g))
+            self._mark("all_reduce")
             g /= np.float32(self.world_size)
             bad = not np.isfinite(g).all()
         else:  # (each rank's own grads: the skip is agreed on)
@@ -188,6 +194,7 @@ class ZeroRedundancyOptimizer:
             g = g * clip_coef(np.float32(self._last_norm), self.clip_grad_norm)
         if self.inner is not None:
             self.inner.step({k: self._piece(k, g) for k in self._pieces})
+        self._mark("upload_and_step")
         self._finish_step()
 
     def _agree(self, bad: bool) -> bool:
@@ -205,12 +212,16 @@ class ZeroRedundancyOptimizer:
         if grads is not None:
             self._flat(grads)  # (the checks only: names, shapes, dtypes)
             self._comp.write(grads)
+            self._mark("upload_grads")
         sent = self._comp.compress(self._agree if self.skip_nonfinite else None)
+        self._mark("select_and_download")
         if sent is None:  # (a rank saw inf/NaN: skipped everywhere, residuals unchanged)
             self.last_step_skipped = True
             return
         lists = self._collective("the top-k lists' all-gather", lambda: self._net.all_gather(self._comp.out))
+        self._mark("all_gather_lists")
         partial = self._rebuild.run(np.stack(lists))
+        self._mark("upload_and_rebuild")
         coef = 1.0
         if self.clip_grad_norm is not None or self.skip_nonfinite:
             tot = np.array([np.sum(partial, dtype=np.float64)], np.float64)
@@ -221,18 +232,36 @@ class ZeroRedundancyOptimizer:
             if self.clip_grad_norm is not None:
                 self._last_norm = float(np.sqrt(tot[0]))
                 coef = clip_coef(np.float32(self._last_norm), self.clip_grad_norm)
+            self._mark("norm_all_reduce")
         self.last_step_skipped = False
         self.inner._grad_mul = float(coef)  # (the kernels read grads times grad_mul)
         try:
             self.inner.step(None)
         finally:
             self.inner._grad_mul = 1.0
+        self._mark("step")
         self._finish_step()
 
     def _finish_step(self) -> None:
         mine = (np.concatenate([v.reshape(-1) for v in self.inner.read_params().values()]) if self.inner is not None
                 else np.zeros(0, np.float32))
+        self._mark("download_params")
         self._all_gather(mine)
+        self._mark("all_gather_params")
+
+    def _mark(self, part) -> None:
+        """With ``profile``: the wall time since the last mark, after the device's queued work, as ``part``."""
+        if not self.profile:
+            return
+        import time
+        if part is None:
+            self.timings = {}
+        elif self.inner is not None:
+            self.inner.device.sync()
+        now = time.perf_counter()
+        if part is not None:
+            self.timings[part] = self.timings.get(part, 0.0) + 1e3 * (now - self._t0)
+        self._t0 = now
 
     def _all_gather(self, mine: np.ndarray) -> None:
         width = max(e - s for s, e in self.ranges)

@@ -14,8 +14,8 @@ SHAPES = {"a": (37, 5), "b": (11,), "c": (40000,), "d": (1,), "e": (300, 70)}
 
 
 @pytest.fixture(scope="module")
-def dev():
-    return rlx_gpu.get_device("cpu").with_binding_cap(1 << 16)
+def dev(device):
+    return device.with_binding_cap(1 << 16)
 
 
 def grads(rng):
