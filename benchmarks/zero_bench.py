@@ -3,10 +3,10 @@ the adapter it selected (``vulkan:<local rank>``); the optimizer step alone (gra
 the rank's shard against the single-GPU optimizer over every tensor on the same GPU, and their state bytes; a whole
 ZeRO step uncompressed and with top-k compression, each part timed (``zero.profile``: the device synchronised
 between parts): for the uncompressed one the grads' download from the device (timed on an arena of the model's
-size), the host all-reduce, the shard's upload and step, the params' download and all-gather; for top-k the
+size), the host reduce-scatter (gloo's, else an all-reduce), the shard's upload and step, the params' download and all-gather; for top-k the
 selection and the lists' download, their all-gather, the upload and rebuild of the mean, the step, the params.
 
-    torchrun --standalone --nproc_per_node=2 benchmarks/zero_bench.py --sets gpt2-124m,gpt2-1.5b --json out.json
+    torchrun --standalone --nproc_per_node=2 benchmarks/zero_bench.py --sets gpt2-124m,gpt2-1.5b@1 --json out.json
 """
 import argparse
 import gc
@@ -50,7 +50,13 @@ def zero_parts(zero, grads, steps):
     return {k: median([r[k] for r in rows[1:]]) for k in rows[0]}
 
 
+def note(rank, what):
+    if rank == 0:
+        print(f"[{time.strftime('%H:%M:%S')}] {what}", flush=True)
+
+
 def one_set(name, sel, steps, ratio, rank):
+    note(rank, f"{name}: making params and grads")
     shapes = param_set(name)
     rng = np.random.default_rng(rank)
     params = {n: np.full(s, 0.01, np.float32) for n, s in shapes}
@@ -63,9 +69,11 @@ def one_set(name, sel, steps, ratio, rank):
     out["single_state_bytes"] = full.memory()["state"]
     del full
     gc.collect()
+    note(rank, f"{name}: single-GPU step {out['single_step_ms']:.2f} ms")
     zero = ZeroRedundancyOptimizer(params, optimizer_class=rlx_gpu.AdamW, device=sel)
-    zero.inner.write_grads({k: zero._piece(k, np.concatenate([grads[n].reshape(-1) for n in params]))
-                            for k in zero._pieces})
+    flat = np.concatenate([grads[n].reshape(-1) for n in params])
+    zero.inner.write_grads({k: zero._piece(k, flat) for k in zero._pieces})
+    del flat
     out["shard_step_ms"] = step_ms(zero.inner, steps)
     out["shard_state_bytes"] = zero.memory()["state"]
     out["step_ratio"] = out["shard_step_ms"] / out["single_step_ms"]
@@ -81,10 +89,13 @@ def one_set(name, sel, steps, ratio, rank):
         arena.device.transfer.download([(b, 0, h.view(np.uint8)) for b, h in zip(arena.buffers, host)])
         t.append(1e3 * (time.perf_counter() - t0))
     del arena, host
+    note(rank, f"{name}: shard step {out['shard_step_ms']:.2f} ms; uncompressed ZeRO steps")
     out["uncompressed"] = {"download_grads": median(t[1:]), **zero_parts(zero, grads, steps)}
-    out["uncompressed"]["exchange"] = out["uncompressed"]["download_grads"] + out["uncompressed"]["all_reduce"]
+    out["uncompressed"]["exchange"] = out["uncompressed"]["download_grads"] + out["uncompressed"]["reduce_scatter"]
+    out["uncompressed"]["has_reduce_scatter"] = zero._net.has_reduce_scatter
     del zero
     gc.collect()
+    note(rank, f"{name}: uncompressed {out['uncompressed']['total']:.1f} ms; top-k ZeRO steps")
     zc = ZeroRedundancyOptimizer(params, optimizer_class=rlx_gpu.AdamW, device=sel, grad_compression=TopK(ratio))
     zc._comp.write(grads)
     parts = zero_parts(zc, None, steps)
@@ -97,7 +108,7 @@ def one_set(name, sel, steps, ratio, rank):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", default="gpt2-124m")
+    ap.add_argument("--sets", default="gpt2-124m", help="comma-separated param sets, each with @steps to override")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--topk", type=float, default=0.01)
     ap.add_argument("--device", default=None, help="adapter selector (default vulkan:<LOCAL_RANK>)")
@@ -107,12 +118,14 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     sel = args.device or f"vulkan:{os.environ.get('LOCAL_RANK', rank)}"
     dev = rlx_gpu.get_device(sel)
-    res = {"rank": rank, "world": world, "adapter": dev.name, "selector": sel, "position": dev.position,
-           "sets": [one_set(s, sel, args.steps, args.topk, rank) for s in args.sets.split(",")]}
-    print(json.dumps(res, indent=1), flush=True)
-    if args.json:
-        with open(args.json.replace(".json", f".rank{rank}.json"), "w") as fh:
-            json.dump(res, fh, indent=1)
+    res = {"rank": rank, "world": world, "adapter": dev.name, "selector": sel, "position": dev.position, "sets": []}
+    for spec in args.sets.split(","):  # (written after each set: a long one cut short keeps the others)
+        name, _, n = spec.partition("@")
+        res["sets"].append(one_set(name, sel, int(n) if n else args.steps, args.topk, rank))
+        print(json.dumps(res["sets"][-1]), flush=True)
+        if args.json:
+            with open(args.json.replace(".json", f".rank{rank}.json"), "w") as fh:
+                json.dump(res, fh, indent=1)
     dist.destroy_process_group()
 
 

@@ -31,31 +31,13 @@ from .core.numerics import clip_coef
 
 from .distributed_files import read_shards, restore_shard, single_process_state, write_shard
 from .distributed_net import transport
+from .distributed_shards import segments, shard_ranges, sumsq, tensor_ranges
 
 __all__ = ["ZeroRedundancyOptimizer", "shard_ranges", "tensor_ranges", "read_shards", "single_process_state"]
 
 
 ELEMENTWISE = {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Lion", "NAdamW", "RAdam", "QHAdamW"}
 WHOLE = {"LAMB", "Adafactor", "Mars", "Muon", "SophiaH"}
-
-
-def shard_ranges(total: int, world: int) -> list[tuple[int, int]]:
-    """``world`` contiguous ranges covering ``[0, total)``, sizes differing by at most one element."""
-    cuts = [total * r // world for r in range(world + 1)]
-    return list(zip(cuts[:-1], cuts[1:]))
-
-
-def tensor_ranges(sizes, world: int) -> list[tuple[int, int]]:
-    """``world`` contiguous ranges covering the tensors of ``sizes`` one after another, each ending at a tensor
-    boundary: cut r at the boundary nearest ``total * r / world`` (a rank may own nothing)."""
-    bounds = np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))])
-    total = int(bounds[-1])
-    cuts = [0]
-    for r in range(1, world):
-        b = int(bounds[np.argmin(np.abs(bounds * world - total * r))])
-        cuts.append(max(b, cuts[-1]))
-    cuts.append(total)
-    return list(zip(cuts[:-1], cuts[1:]))
 
 
 class ZeroRedundancyOptimizer:
@@ -90,6 +72,9 @@ class ZeroRedundancyOptimizer:
         self.ranges = (tensor_ranges([a.size for a in self.params.values()], self.world_size) if self.whole
                        else shard_ranges(off, self.world_size))
         lo, hi = self.ranges[self.rank]
+        self._width = max(e - s for s, e in self.ranges)
+        self._rows = None  # (world, width) float32 on the host: the grads' and params' exchange buffer, made once
+        self._segs = segments({n: a.size for n, a in self.params.items()}, self.ranges)
         self._pieces = {}  # piece name -> (tensor, start, stop) in the tensor's flat elements
         for n, a in self.params.items():
             s, e = max(lo, self._offsets[n]), min(hi, self._offsets[n] + a.size)
@@ -148,12 +133,12 @@ class ZeroRedundancyOptimizer:
             raise ValueError(f"ZeroRedundancyOptimizer (rank {self.rank}): the ranks were given different tensors "
                              "(names or shapes differ); every rank must pass the same params")
 
-    def _flat(self, arrays: dict) -> np.ndarray:
+    def _flat(self, arrays: dict, copy: bool = True) -> np.ndarray:
+        """The grads checked and (``copy``) laid out in the exchange buffer: rank r's range in row r."""
         missing = [n for n in self.params if n not in arrays]
         if missing:
             raise KeyError(f"ZeroRedundancyOptimizer.step: no grad for {missing} (every tensor needs one: a zero "
                            "grad would still decay its state)")
-        out = np.zeros(self.numel, np.float32)
         for n, a in arrays.items():
             if n not in self._offsets:
                 raise KeyError(f"ZeroRedundancyOptimizer.step: grad for unknown tensor {n!r}")
@@ -161,8 +146,13 @@ class ZeroRedundancyOptimizer:
             if a.shape != self.params[n].shape or a.dtype != np.float32:
                 raise ValueError(f"ZeroRedundancyOptimizer.step: grad for {n!r} must be float32 of shape "
                                  f"{self.params[n].shape}, got {a.dtype} {a.shape}")
-            out[self._offsets[n]:self._offsets[n] + a.size] = a.reshape(-1)
-        return out
+        if not copy:
+            return None
+        if self._rows is None:
+            self._rows = np.zeros((self.world_size, self._width), np.float32)
+        for n, t0, t1, r, off in self._segs:
+            self._rows[r, off:off + t1 - t0] = np.asarray(arrays[n]).reshape(-1)[t0:t1]
+        return self._rows
 
     def step(self, grads: dict | None = None, grads_averaged: bool = False) -> None:
         """One step with this rank's ``grads`` (dict name -> float32 array; every tensor): the mean over ranks
@@ -177,23 +167,27 @@ class ZeroRedundancyOptimizer:
             return self._step_compressed(grads, grads_averaged)
         if grads is None:
             raise TypeError("ZeroRedundancyOptimizer.step: grads are required (a dict name -> float32 array)")
-        g = self._flat(grads)
+        rows = self._flat(grads)
         self._mark("flatten")
-        if not grads_averaged:
-            self._collective("the grads' all-reduce", lambda: self._net.all_reduce(g))
-            self._mark("all_reduce")
+        lo, hi = self.ranges[self.rank]
+        if not grads_averaged:  # (this rank's range summed over ranks: reduce-scatter, else all-reduce)
+            g = self._collective("the grads' reduce-scatter", lambda: self._net.reduce_scatter(rows))[:hi - lo]
+            self._mark("reduce_scatter")
             g /= np.float32(self.world_size)
-            bad = not np.isfinite(g).all()
-        else:  # (each rank's own grads: the skip is agreed on)
-            bad = self._agree(not np.isfinite(g).all())
-        self.last_step_skipped = self.skip_nonfinite and bad
-        if self.last_step_skipped:
-            return
-        if self.clip_grad_norm is not None:  # (the global norm: every rank holds the whole averaged grad)
-            self._last_norm = float(np.sqrt(np.sum(g.astype(np.float64) ** 2)))
-            g = g * clip_coef(np.float32(self._last_norm), self.clip_grad_norm)
+        else:
+            g = rows[self.rank, :hi - lo].copy()
+        if self.clip_grad_norm is not None or self.skip_nonfinite:  # (partial sums and flags, all-reduced)
+            part = np.array([sumsq(g), 0.0 if np.isfinite(g).all() else 1.0])
+            self._collective("the grads' norm all-reduce", lambda: self._net.all_reduce(part))
+            self.last_step_skipped = self.skip_nonfinite and (part[1] > 0 or not np.isfinite(part[0]))
+            if self.last_step_skipped:
+                return
+            if self.clip_grad_norm is not None:
+                self._last_norm = float(np.sqrt(part[0]))
+                g = g * clip_coef(np.float32(self._last_norm), self.clip_grad_norm)
+        self.last_step_skipped = False
         if self.inner is not None:
-            self.inner.step({k: self._piece(k, g) for k in self._pieces})
+            self.inner.step({k: self._piece(k, g, lo) for k in self._pieces})
         self._mark("upload_and_step")
         self._finish_step()
 
@@ -210,7 +204,7 @@ class ZeroRedundancyOptimizer:
             raise ValueError("ZeroRedundancyOptimizer.step: grads_averaged=True means nothing to exchange; it does "
                              "not combine with grad_compression")
         if grads is not None:
-            self._flat(grads)  # (the checks only: names, shapes, dtypes)
+            self._flat(grads, copy=False)  # (the checks only: names, shapes, dtypes)
             self._comp.write(grads)
             self._mark("upload_grads")
         sent = self._comp.compress(self._agree if self.skip_nonfinite else None)
@@ -264,17 +258,17 @@ class ZeroRedundancyOptimizer:
         self._t0 = now
 
     def _all_gather(self, mine: np.ndarray) -> None:
-        width = max(e - s for s, e in self.ranges)
-        buf = np.zeros(width, np.float32)
-        buf[:mine.size] = mine
+        if self._rows is None:
+            self._rows = np.zeros((self.world_size, self._width), np.float32)
+        rows = self._rows
+        rows[self.rank, :mine.size] = mine
         try:
-            outs = self._collective("the params' all-gather", lambda: self._net.all_gather(buf))
+            self._collective("the params' all-gather", lambda: self._net.all_gather_rows(rows))
         except RuntimeError:
             self._broken = "the params' all-gather"
             raise
-        full = np.concatenate([o[:e - s] for o, (s, e) in zip(outs, self.ranges)])
-        for n, a in self.params.items():
-            a.reshape(-1)[...] = full[self._offsets[n]:self._offsets[n] + a.size]
+        for n, t0, t1, r, off in self._segs:
+            self.params[n].reshape(-1)[t0:t1] = rows[r, off:off + t1 - t0]
 
     def _collective(self, what: str, fn):
         """``fn()`` (a collective); a failure (a rank that died, or one that did not answer within the process
@@ -291,8 +285,12 @@ class ZeroRedundancyOptimizer:
         return self._last_norm
 
     def memory(self) -> dict:
-        """This rank's inner optimizer's device bytes (its state is its shard's)."""
-        return self.inner.memory() if self.inner is not None else {"params": 0, "grads": 0, "state": 0}
+        """This rank's device bytes: its inner optimizer's (its state is its shard's) and top-k's grads and
+        residual (``compression``)."""
+        out = self.inner.memory() if self.inner is not None else {"params": 0, "grads": 0, "state": 0}
+        c = self._comp
+        return {**out, "compression": 0 if c is None else c.grads_arena.nbytes + (c.residual.nbytes if c.residual
+                                                                                   else 0)}
 
     # -- checkpoints: a file per rank, read back by any number of ranks (or one process) ----------------------------
     def save(self, path) -> None:
