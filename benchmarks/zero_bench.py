@@ -99,7 +99,7 @@ def one_set(name, sel, steps, ratio, rank):
     zc = ZeroRedundancyOptimizer(params, optimizer_class=rlx_gpu.AdamW, device=sel, grad_compression=TopK(ratio))
     zc._comp.write(grads)
     parts = zero_parts(zc, None, steps)
-    parts["exchange"] = parts["select_and_download"] + parts["all_gather_lists"] + parts["upload_and_rebuild"]
+    parts["exchange"] = parts["select"] + parts["download_lists"] + parts["all_gather_lists"] + parts["upload_and_rebuild"]
     out[f"topk_{ratio}"] = dict(parts, K=zc._comp.K)
     del zc
     gc.collect()

@@ -100,11 +100,12 @@ class TopKCompressor:
         for c, b in enumerate(self.layout.blocks):
             k.dispatch(enc, self._binds[entry, p, c], len(b))
 
-    def compress(self, agree=None):
+    def compress(self, agree=None, out: np.ndarray | None = None, mark=None):
         """Select this step's entries from ``grads`` (+ the residual). ``agree``: with it, whether any entry is
         inf/NaN is read back first and passed to ``agree(bad) -> bool``; when that says to skip, nothing changes and
         None is returned. Else the residual is updated and ``(indices, values)`` (uint32 flat indices, ascending;
-        float32) are returned (views of ``self.out``)."""
+        float32) are returned (views of ``out``: 2K uint32 words, indices then value bits; default ``self.out``).
+        ``mark``: called with "select" once the selection is queued (a profiler's timer)."""
         dev = self.device
         dev.queue.write_buffer(self.sel, 0, self._sel_init)
         enc = dev.encoder()
@@ -122,8 +123,11 @@ class TopKCompressor:
             enc = dev.encoder()
         self._record(enc, "topk_compact")
         dev.submit(enc)
-        dev.read(self.outp, 0, 8 * self.K, out=self.out)
-        return self.out[:self.K], self.out[self.K:].view(np.float32)
+        if mark is not None:
+            mark("select")
+        out = self.out if out is None else out
+        dev.read(self.outp, 0, 8 * self.K, out=out)
+        return out[:self.K], out[self.K:].view(np.float32)
 
     def write(self, grads: dict) -> None:
         """Upload host grads (name -> float32 array of the tensor's shape; every tensor) into ``grads``."""
@@ -179,7 +183,7 @@ class Rebuild:
         the grad buffers and returns the per-workgroup sums of squares of the result (inf/NaN there if any)."""
         dev, K = self.device, self.K
         q = dev.queue
-        q.write_buffer(self.lst, 0, np.ascontiguousarray(lists, np.uint32))
+        dev.transfer.upload([(self.lst, 0, np.ascontiguousarray(lists, np.uint32).reshape(-1).view(np.uint8))])
         inv = np.array([1.0 / self.world], np.float32).view(np.uint32)[0]
         enc = dev.encoder()
         for (dense, (lo, hi), sprm, binds, fprm, _), fb in zip(self.targets, self._fbind):

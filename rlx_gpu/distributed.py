@@ -73,7 +73,8 @@ class ZeroRedundancyOptimizer:
                        else shard_ranges(off, self.world_size))
         lo, hi = self.ranges[self.rank]
         self._width = max(e - s for s, e in self.ranges)
-        self._rows = None  # (world, width) float32 on the host: the grads' and params' exchange buffer, made once
+        # (host exchange buffers, made once: (world, width) float32 for grads and params; top-k's lists)
+        self._rows, self._lists = None, None
         self._segs = segments({n: a.size for n, a in self.params.items()}, self.ranges)
         self._pieces = {}  # piece name -> (tensor, start, stop) in the tensor's flat elements
         for n, a in self.params.items():
@@ -207,14 +208,18 @@ class ZeroRedundancyOptimizer:
             self._flat(grads, copy=False)  # (the checks only: names, shapes, dtypes)
             self._comp.write(grads)
             self._mark("upload_grads")
-        sent = self._comp.compress(self._agree if self.skip_nonfinite else None)
-        self._mark("select_and_download")
+        if self._lists is None:  # (one row of K indices and K value bits per rank, made once)
+            self._lists = np.zeros((self.world_size, 2 * self._comp.K), np.uint32)
+        rows = self._lists
+        sent = self._comp.compress(self._agree if self.skip_nonfinite else None, out=rows[self.rank],
+                                   mark=self._mark if self.profile else None)
+        self._mark("download_lists")
         if sent is None:  # (a rank saw inf/NaN: skipped everywhere, residuals unchanged)
             self.last_step_skipped = True
             return
-        lists = self._collective("the top-k lists' all-gather", lambda: self._net.all_gather(self._comp.out))
+        self._collective("the top-k lists' all-gather", lambda: self._net.all_gather_rows(rows))
         self._mark("all_gather_lists")
-        partial = self._rebuild.run(np.stack(lists))
+        partial = self._rebuild.run(rows)
         self._mark("upload_and_rebuild")
         coef = 1.0
         if self.clip_grad_norm is not None or self.skip_nonfinite:
