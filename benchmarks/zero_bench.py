@@ -3,8 +3,9 @@ the adapter it selected (``vulkan:<local rank>``); the optimizer step alone (gra
 the rank's shard against the single-GPU optimizer over every tensor on the same GPU, and their state bytes; a whole
 ZeRO step uncompressed and with top-k compression, each part timed (``zero.profile``: the device synchronised
 between parts): for the uncompressed one the grads' download from the device (timed on an arena of the model's
-size), the host reduce-scatter (gloo's, else an all-reduce), the shard's upload and step, the params' download and all-gather; for top-k the
-selection and the lists' download, their all-gather, the upload and rebuild of the mean, the step, the params.
+size), the host reduce-scatter (over gloo an all-reduce: rlx_gpu.distributed_net), the shard's upload and step, the
+params' download and all-gather; for top-k the selection and the lists' download, their all-gather, the upload and
+rebuild of the mean, the step, the params.
 
     torchrun --standalone --nproc_per_node=2 benchmarks/zero_bench.py --sets gpt2-124m,gpt2-1.5b@1 --json out.json
 """

@@ -171,7 +171,7 @@ class ZeroRedundancyOptimizer:
         rows = self._flat(grads)
         self._mark("flatten")
         lo, hi = self.ranges[self.rank]
-        if not grads_averaged:  # (this rank's range summed over ranks: reduce-scatter, else all-reduce)
+        if not grads_averaged:  # (this rank's range summed over ranks: MPI's reduce-scatter; over gloo all-reduce)
             g = self._collective("the grads' reduce-scatter", lambda: self._net.reduce_scatter(rows))[:hi - lo]
             self._mark("reduce_scatter")
             g /= np.float32(self.world_size)
