@@ -7,7 +7,8 @@ size), the host reduce-scatter (over gloo an all-reduce: rlx_gpu.distributed_net
 params' download and all-gather; for top-k the selection and the lists' download, their all-gather, the upload and
 rebuild of the mean, the step, the params.
 
-    torchrun --standalone --nproc_per_node=2 benchmarks/zero_bench.py --sets gpt2-124m,gpt2-1.5b@1 --json out.json
+    python benchmarks/zero_bench.py --sets gpt2-124m,gpt2-1.5b@1 --json out.json     # launches 2 ranks (--nproc)
+    torchrun --standalone --nproc_per_node=2 benchmarks/zero_bench.py ...               # the same, by hand
 """
 import argparse
 import gc
@@ -114,7 +115,14 @@ def main():
     ap.add_argument("--topk", type=float, default=0.01)
     ap.add_argument("--device", default=None, help="adapter selector (default vulkan:<LOCAL_RANK>)")
     ap.add_argument("--json")
+    ap.add_argument("--nproc", type=int, default=2, help="ranks to launch when not started by torchrun")
     args = ap.parse_args()
+    if "LOCAL_RANK" not in os.environ:  # (started by hand: launch the ranks through torch.distributed.run)
+        import subprocess
+        import sys
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
+               __file__, *sys.argv[1:]]
+        raise SystemExit(subprocess.call(cmd))
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     sel = args.device or f"vulkan:{os.environ.get('LOCAL_RANK', rank)}"

@@ -22,6 +22,7 @@ __all__ = ["TopK", "TopKCompressor", "Rebuild"]
 
 BLOCK = 4096  # entries per workgroup (shaders/topk.wgsl)
 BINS = 2048
+ONE = 0x3F800000  # (1.0f's bits)
 
 
 class TopK:
@@ -75,8 +76,9 @@ class TopKCompressor:
         self._prm = {}
         for p in range(3):
             for c, b in enumerate(lay.blocks):
-                self._prm[p, c] = buf(32, "topk.prm", data=_u32([p, len(b), K, T, 0, 0, 0, 0]))
-            self._prm[p, None] = buf(32, "topk.prm", data=_u32([p, 0, K, T, 0, 0, 0, 0]))
+                self._prm[p, c] = buf(32, "topk.prm", data=_u32([p, len(b), K, T, ONE, 0, 0, 0]))
+            self._prm[p, None] = buf(32, "topk.prm", data=_u32([p, 0, K, T, ONE, 0, 0, 0]))
+        self._inv = 1.0
         self._T = T
         self._kern = {e: shipped_kernel(device, "topk.wgsl", e, EF=int(ef))
                       for e in ("topk_hist", "topk_pick", "topk_count", "topk_scan", "topk_compact")}
@@ -100,13 +102,19 @@ class TopKCompressor:
         for c, b in enumerate(self.layout.blocks):
             k.dispatch(enc, self._binds[entry, p, c], len(b))
 
-    def compress(self, agree=None, out: np.ndarray | None = None, mark=None):
+    def compress(self, agree=None, out: np.ndarray | None = None, mark=None, inv_scale: float = 1.0):
         """Select this step's entries from ``grads`` (+ the residual). ``agree``: with it, whether any entry is
         inf/NaN is read back first and passed to ``agree(bad) -> bool``; when that says to skip, nothing changes and
         None is returned. Else the residual is updated and ``(indices, values)`` (uint32 flat indices, ascending;
         float32) are returned (views of ``out``: 2K uint32 words, indices then value bits; default ``self.out``).
-        ``mark``: called with "select" once the selection is queued (a profiler's timer)."""
+        ``mark``: called with "select" once the selection is queued (a profiler's timer). ``inv_scale``: the grads
+        are multiplied by it first (float32: a GradScaler's 1/scale), so the residual holds unscaled values."""
         dev = self.device
+        if inv_scale != self._inv:
+            bits = _u32([np.array(inv_scale, np.float32).view(np.uint32)])
+            for b in self._prm.values():
+                dev.queue.write_buffer(b, 16, bits)
+            self._inv = inv_scale
         dev.queue.write_buffer(self.sel, 0, self._sel_init)
         enc = dev.encoder()
         enc.clear_buffer(self.hist, 0, self.hist.size)

@@ -155,17 +155,20 @@ class ZeroRedundancyOptimizer:
             self._rows[r, off:off + t1 - t0] = np.asarray(arrays[n]).reshape(-1)[t0:t1]
         return self._rows
 
-    def step(self, grads: dict | None = None, grads_averaged: bool = False) -> None:
+    def step(self, grads: dict | None = None, grads_averaged: bool = False, *, loss_scale=None) -> None:
         """One step with this rank's ``grads`` (dict name -> float32 array; every tensor): the mean over ranks
         (unless ``grads_averaged``), the global clip and inf/NaN skip, this rank's shard stepped, params
         all-gathered. With ``grad_compression``, ``grads=None`` compresses ``zero.grads`` as they are on the
-        device."""
+        device. ``loss_scale`` (a float; ``rlx_gpu.GradScaler().step(zero, grads)`` passes it): the grads carry
+        that factor; they are multiplied by float32(1/scale) and a step with inf/NaN on any rank is skipped."""
         if self._broken:
             raise RuntimeError(f"ZeroRedundancyOptimizer (rank {self.rank}): a collective failed in an earlier step "
                                f"({self._broken}); this rank's state is ahead of the params: restore a checkpoint")
         self._mark(None)
+        check = self.skip_nonfinite or loss_scale is not None
+        inv = np.float32(1.0 if loss_scale is None else 1.0 / np.float64(loss_scale))
         if self._comp is not None:
-            return self._step_compressed(grads, grads_averaged)
+            return self._step_compressed(grads, grads_averaged, check, inv)
         if grads is None:
             raise TypeError("ZeroRedundancyOptimizer.step: grads are required (a dict name -> float32 array)")
         rows = self._flat(grads)
@@ -177,10 +180,12 @@ class ZeroRedundancyOptimizer:
             g /= np.float32(self.world_size)
         else:
             g = rows[self.rank, :hi - lo].copy()
-        if self.clip_grad_norm is not None or self.skip_nonfinite:  # (partial sums and flags, all-reduced)
+        if inv != 1.0:
+            g = g * inv
+        if self.clip_grad_norm is not None or check:  # (partial sums and flags, all-reduced)
             part = np.array([sumsq(g), 0.0 if np.isfinite(g).all() else 1.0])
             self._collective("the grads' norm all-reduce", lambda: self._net.all_reduce(part))
-            self.last_step_skipped = self.skip_nonfinite and (part[1] > 0 or not np.isfinite(part[0]))
+            self.last_step_skipped = check and (part[1] > 0 or not np.isfinite(part[0]))
             if self.last_step_skipped:
                 return
             if self.clip_grad_norm is not None:
@@ -198,7 +203,7 @@ class ZeroRedundancyOptimizer:
         self._collective("the inf/NaN flag's all-reduce", lambda: self._net.all_reduce(flag))
         return bool(flag[0])
 
-    def _step_compressed(self, grads, grads_averaged: bool) -> None:
+    def _step_compressed(self, grads, grads_averaged: bool, check: bool, inv) -> None:
         """Top-k: this rank's entries selected on its device, every rank's lists all-gathered, the mean rebuilt in
         the shard's grad slots on the device, clipped by the global norm (partial sums all-reduced)."""
         if grads_averaged:
@@ -211,8 +216,8 @@ class ZeroRedundancyOptimizer:
         if self._lists is None:  # (one row of K indices and K value bits per rank, made once)
             self._lists = np.zeros((self.world_size, 2 * self._comp.K), np.uint32)
         rows = self._lists
-        sent = self._comp.compress(self._agree if self.skip_nonfinite else None, out=rows[self.rank],
-                                   mark=self._mark if self.profile else None)
+        sent = self._comp.compress(self._agree if check else None, out=rows[self.rank],
+                                   mark=self._mark if self.profile else None, inv_scale=float(inv))
         self._mark("download_lists")
         if sent is None:  # (a rank saw inf/NaN: skipped everywhere, residuals unchanged)
             self.last_step_skipped = True
@@ -222,10 +227,10 @@ class ZeroRedundancyOptimizer:
         partial = self._rebuild.run(rows)
         self._mark("upload_and_rebuild")
         coef = 1.0
-        if self.clip_grad_norm is not None or self.skip_nonfinite:
+        if self.clip_grad_norm is not None or check:
             tot = np.array([np.sum(partial, dtype=np.float64)], np.float64)
             self._collective("the grads' norm all-reduce", lambda: self._net.all_reduce(tot))
-            self.last_step_skipped = self.skip_nonfinite and not np.isfinite(tot[0])
+            self.last_step_skipped = check and not np.isfinite(tot[0])
             if self.last_step_skipped:
                 return
             if self.clip_grad_norm is not None:

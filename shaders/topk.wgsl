@@ -8,7 +8,7 @@
 // BLOCK = 4096 elements = 256 threads x 4 vec4. sel: 8 words per tensor: [threshold prefix, still needed, k, flat
 // offset of the tensor, output base, first block, block count, -]. hist: 2048 bins per tensor, then a flag word
 // (set when acc holds inf/NaN). cnt: 2 words per block. outp: K indices, then K value bits.
-// prm: [pass, blocks in this dispatch, K, tensors, -, ...].
+// prm: [pass, blocks in this dispatch, K, tensors, inv_scale bits, -, ...].
 
 override EF: bool = true;
 
@@ -30,9 +30,11 @@ var<workgroup> scan_a: array<u32, 256>;
 var<workgroup> wnb: u32;
 var<workgroup> total: u32;
 
+// acc = residual + grad * inv_scale (prm[4]: a loss scale's inverse, 1.0 without one: x * 1.0 is x)
 fn acc4(v: u32) -> vec4<f32> {
-    if (EF) { return res[v] + grad[v]; }
-    return grad[v];
+    let g = grad[v] * bitcast<f32>(prm[4]);
+    if (EF) { return res[v] + g; }
+    return g;
 }
 
 fn abits(x: vec4<f32>) -> vec4<u32> { return bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu); }

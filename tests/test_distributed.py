@@ -65,11 +65,19 @@ def averaged(s, world):
                                                       False),
                                                      (2, "AdamW", {"skip_nonfinite": True}, True),
                                                      (3, "SGD", {"momentum": 0.9, "lr": 0.1, "skip_nonfinite": True},
-                                                      True)], ids=["gloo-2", "gloo-3", "mpi-2", "mpi-3"])
+                                                      True),
+                                                     (2, "AdamW", {"scaler": 1024.0}, False)],
+                         ids=["gloo-2", "gloo-3", "mpi-2", "mpi-3", "gloo-2-gradscaler"])
 def test_zero_equals_single_process_on_averaged_grads(tmp_path, world, cls_name, opts, mpi):
-    """(MPI through mpi4py and an MPI runtime, which .ci/run installs: never skipped there.)"""
+    """(MPI through mpi4py and an MPI runtime, which .ci/run installs: never skipped there.) With a GradScaler
+    (``scaler.step(zero, grads)``, grads carrying its power-of-two scale, which backs off at the inf and grows every
+    2 clean steps) the params are those of the unscaled run bit for bit: scaling by a power of two commutes with
+    rounding."""
     steps = 6
     ranks = run(tmp_path, world, cls_name, steps, opts, mpi=mpi)
+    if "scaler" in opts:
+        assert [float(ranks[0][f"scale@{s}"]) for s in range(steps)] == [1024, 1024, 2048, 2048, 1024, 1024]
+        opts = {"skip_nonfinite": True}
     rng = np.random.default_rng(0)
     params = {n: rng.standard_normal(s).astype(np.float32) for n, s in SHAPES.items()}
     ref = getattr(rlx_gpu, cls_name)(params, device="cpu", **opts)
@@ -211,12 +219,14 @@ def compressed_reference(world, steps, ratio, opts, cls_name="AdamW"):
     return out
 
 
-@pytest.mark.parametrize("ratio", [1.0, 0.05])
-def test_topk_follows_its_spec(tmp_path, ratio):
+@pytest.mark.parametrize("ratio,extra", [(1.0, {"skip_nonfinite": True}), (0.05, {"skip_nonfinite": True}),
+                                         (0.05, {"scaler": 1024.0})], ids=["1.0", "0.05", "0.05-gradscaler"])
+def test_topk_follows_its_spec(tmp_path, ratio, extra):
     """Top-k with error feedback over 2 ranks: every step's params equal the spec's (twins selecting the entries,
     the mean in rank order, AdamW on it) bit for bit; at ratio 1.0 that is the uncompressed ZeRO (the same mean:
-    (a + b) * 0.5 = (a + b) / 2); the inf on one rank at step 3 skips the step everywhere."""
-    opts = {"skip_nonfinite": True, "topk": (ratio, True)}
+    (a + b) * 0.5 = (a + b) / 2); the inf on one rank at step 3 skips the step everywhere. With a GradScaler the
+    grads are unscaled before they join the residual (a power-of-two scale: the same bits as without it)."""
+    opts = {**extra, "topk": (ratio, True)}
     steps = 6
     ranks = run(tmp_path, 2, "AdamW", steps, opts)
     want = compressed_reference(2, steps, ratio, {"skip_nonfinite": True})
@@ -260,3 +270,17 @@ def test_topk_trains_as_well(tmp_path):
     print("final mse", got)
     assert got[0.0] < 0.02  # (the noise floor is 0.01: it trained)
     assert got[0.01] <= 1.05 * got[0.0], got
+
+
+def test_the_bench_script_runs(tmp_path):
+    """benchmarks/zero_bench.py (which launches its ranks) on a small set on the CPU adapter: every part timed."""
+    import json
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "zero_bench.py"
+    r = subprocess.run([sys.executable, str(script), "--sets", "single:5000@1", "--device", "cpu", "--json",
+                        str(tmp_path / "z.json")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"z.rank{rank}.json").read_text())["sets"][0]
+        assert 0.49 < got["state_ratio"] < 0.52 and got["numel"] == 5000  # (arena padding)
+        assert all(v > 0 for v in got["topk_0.01"].values())
+        assert {"download_grads", "reduce_scatter", "upload_and_step", "all_gather_params"} <= set(got["uncompressed"])

@@ -1,6 +1,7 @@
 """One rank of tests/test_distributed.py (run by torch.distributed.run): ZeRO-1 over gloo with rank-dependent
 grads; every rank writes its params after every step (and whether the step was skipped) to <out>.rank<r>.npz.
-Arguments: out, optimizer class, steps, options (a dict literal; "topk": (ratio, error feedback) compresses),
+Arguments: out, optimizer class, steps, options (a dict literal; "topk": (ratio, error feedback) compresses;
+"scaler": a GradScaler's initial scale, growth every 2 steps),
 first step's number (grads' seeds),
 a checkpoint to restore first ('-': none), a checkpoint to save at the end ('-': none)."""
 import ast
@@ -33,6 +34,7 @@ rng = np.random.default_rng(0)
 shapes = {"a": (37, 5), "b": (11,), "c": (4, 4, 3), "d": (1,)}
 params = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
 topk = opts.pop("topk", None)  # (ratio, error feedback): top-k compression
+scaler = rlx_gpu.GradScaler(init_scale=opts.pop("scaler"), growth_interval=2) if "scaler" in opts else None
 if topk is not None:
     opts["grad_compression"] = rlx_gpu.compression.TopK(*topk)
 zero = ZeroRedundancyOptimizer(params, optimizer_class=getattr(rlx_gpu, cls_name), process_group=group,
@@ -60,7 +62,13 @@ for s in range(first, first + steps):
          for n, v in shapes.items()}
     if s == 3 and rank == world - 1:
         g["a"][0, 0] = np.inf
-    zero.step(g)
+    if scaler is not None:  # (grads carrying the scale, as a scaled loss's backward gives them)
+        sc = np.float32(scaler.get_scale())
+        scaler.step(zero, {n: v * sc for n, v in g.items()})
+        scaler.update()
+        got[f"scale@{s}"] = np.array(sc)
+    else:
+        zero.step(g)
     got.update({f"{n}@{s}": v.copy() for n, v in zero.params.items()})
     got[f"skipped@{s}"] = np.array(zero.last_step_skipped)
 got["state_bytes"] = np.array(zero.memory()["state"])

@@ -3,7 +3,8 @@ kernels, ``shaders/topk.wgsl``, select the same entries bit for bit) and the twi
 
 Per tensor of ``n`` elements, ``k = min(n, max(1, ceil(ratio * n)))`` entries are sent each step:
 
-    acc  = residual + grad                  (error feedback; without it acc = grad and nothing is kept)
+    acc  = residual + grad * inv_scale      (error feedback; without it acc = grad * inv_scale, nothing kept;
+                                             inv_scale: float32, a GradScaler's 1/scale, else 1)
     sent = the k entries of largest |acc|, ranked by the bits of |acc| as an unsigned integer (so NaN above inf
            above every finite value), ties broken by the lowest index; sent in increasing index order
     residual = acc with the sent entries set to zero
@@ -45,10 +46,10 @@ class TopKTwin:
             self.offsets[n] = off
             off += int(np.prod(s))
 
-    def compress(self, grads: dict) -> tuple[np.ndarray, np.ndarray]:
+    def compress(self, grads: dict, inv_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         idx, val = [], []
         for n, s in self.shapes.items():
-            g = np.asarray(grads[n], np.float32).reshape(-1)
+            g = np.asarray(grads[n], np.float32).reshape(-1) * np.float32(inv_scale)
             acc = (self.residual[n].reshape(-1) + g) if self.error_feedback else g.copy()
             sel = topk_indices(acc, topk_count(self.ratio, acc.size))
             idx.append(sel + self.offsets[n])
