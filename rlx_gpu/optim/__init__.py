@@ -14,6 +14,7 @@ from .rmsprop import RMSprop
 from .sgd import SGD
 from .sophia import SophiaH
 from .sparse_adam import SparseAdam
+from .stiefel import StiefelSGD
 
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH",
-           "Mars", "Adafactor", "SparseAdam", "Muon"]
+           "Mars", "Adafactor", "SparseAdam", "Muon", "StiefelSGD"]

@@ -1,0 +1,162 @@
+"""Riemannian SGD on the Stiefel manifold on the GPU: the projections and products as batched GEMMs per shape
+(``rlx_gpu.linalg``), the QR retraction as Cholesky-QR run twice (Gram matrix by GEMM, Cholesky in one workgroup a
+matrix, triangular solve a row a thread: ``shaders/stiefel.wgsl``), all in the step's one compute pass."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import linalg
+from ..engine import Optimizer
+from ..reference import stiefel as ref
+from ..runtime.kernels import shipped_kernel
+
+REC_BYTES = 256  # one record per tensor piece, at a storage-offset-aligned stride
+
+
+class StiefelSGD(Optimizer):
+    """Riemannian SGD (with optional Nesterov momentum) keeping (n, p) matrices with orthonormal columns: geoopt's
+    ``RiemannianSGD`` on ``geoopt.EuclideanStiefel`` (QR retraction, ``manifold="euclidean"``). The update (see
+    :mod:`rlx_gpu.reference.stiefel`): g += weight_decay * X; r = g - X sym(X^T g); momentum as geoopt (the buffer
+    starts as the raw grad); X = Q of QR(X - lr d) (R's diagonal positive), the buffer projected onto the new
+    tangent space. The QR runs as Cholesky-QR twice in float32 (the Q with a positive-diagonal R, as geoopt's).
+    ``manifold="canonical"`` (geoopt's CanonicalStiefel, Cayley retraction) is in the twin
+    (``rlx_gpu.reference.StiefelSGD``) only: the GPU class refuses it.
+
+    Args:
+        params: dict name -> (n, p) float32 array with n >= p and orthonormal columns (checked: ValueError naming
+            the tensor otherwise), torch tensors, or a list of param-group dicts.
+        lr (1e-3).  momentum (0).  dampening (0).  weight_decay (0).  nesterov (False).  manifold ("euclidean").
+    State (geoopt's names): step[, momentum_buffer].
+    """
+    spec = ref.StiefelSGD
+    shader = ""  # (no generated module: shaders/stiefel.wgsl and shaders/gemm.wgsl, recorded by _encode below)
+    passes = ()
+    fields = ("wd", "mu", "omd", "neg_lr")
+    flags = ("nesterov", "seed")
+
+    def __init__(self, params, *args, **kwargs):
+        super().__init__(params, *args, **kwargs)
+        name = type(self).__name__
+        for n, d in zip(self._names, self._dtypes):
+            if d.name != "float32" or self.precision["state_dtype"] != "float32":
+                raise ValueError(f"{name}: {n!r} is {d.name} (state {self.precision['state_dtype']}); StiefelSGD "
+                                 "keeps float32 params and state")
+        self._validate_groups()
+        self.spec.check_points(name, self.read_params())
+        self._groups = {}
+        for t, n in enumerate(self._names):
+            self._groups.setdefault(self._shapes[n], []).append(t)
+        dev = self.device
+        self._work = {}
+        for (rows, cols), ts in self._groups.items():
+            size = 4 * len(ts) * rows * cols
+            if size > dev.max_storage_binding:
+                raise ValueError(f"{name}: the {len(ts)} tensors of shape {(rows, cols)} need {size} bytes of "
+                                 f"scratch in one binding; the adapter binds at most {dev.max_storage_binding}")
+            self._work[rows, cols] = {k: dev.buffer(size, f"StiefelSGD.{k}{(rows, cols)}")
+                                      for k in ("xs", "gs", "ms", "ys", "zs")}
+            self._work[rows, cols]["small"] = dev.buffer(4 * len(ts) * cols * cols, f"StiefelSGD.small{(rows, cols)}")
+        self._rec, r = [], 0
+        for b, i in self._where:
+            self._rec.append(r)
+            r += len(b.layout.pieces[i])
+        self._mp = dev.buffer(REC_BYTES * r, "StiefelSGD.pieces")
+        self._dummy_buf = dev.buffer(16, "StiefelSGD.no-momentum")
+        rec = self.record
+        self._consts = dict(W_FLAGS=rec.tensor.offset["flags"], W_WD=rec.tensor.offset["wd"],
+                            W_MU=rec.tensor.offset["mu"], W_OMD=rec.tensor.offset["omd"],
+                            W_NLR=rec.tensor.offset["neg_lr"], B_NEST=rec.bit["nesterov"], B_SEED=rec.bit["seed"])
+        self._keep: list = []
+        self._cache: dict = {}
+
+    def _validate_groups(self) -> None:
+        super()._validate_groups()
+        for g in self.param_groups:
+            if g["manifold"] != "euclidean":
+                raise ValueError("StiefelSGD (GPU): manifold='canonical' (the Cayley retraction) is not built on the "
+                                 "GPU yet; rlx_gpu.reference.StiefelSGD has it")
+
+    def fill(self, g, t, fresh, sel):
+        cols = dict(wd=g["weight_decay"], mu=g["momentum"], omd=1 - g["dampening"], neg_lr=-g["lr"])
+        return cols, dict(nesterov=g["nesterov"], seed=np.array(["momentum_buffer" in f for f in fresh]))
+
+    def _max_dispatches(self) -> int:
+        pieces = sum(len(b.layout.pieces[i]) for b, i in self._where)
+        return 2 * pieces + 2 * len(self._names) * 16 + 8
+
+    def _k(self, entry):
+        return shipped_kernel(self.device, "stiefel.wgsl", entry, **self._consts)
+
+    def _encode(self, enc) -> None:
+        """Per shape (and momentum on or off): gather, project, momentum, QR twice, transport, scatter."""
+        dev, keep = self.device, []
+        gm_word = len(self._names) * self.record.size + self.record.global_word("grad_mul")
+        words = np.zeros((self._mp.size // 4,), np.uint32)
+        jobs = []
+        for shape, ts in self._groups.items():
+            active = [t for t in ts if self._active[t]]
+            for mom in (False, True):
+                members = [t for t in active if (self.param_groups[self._group_of[t]]["momentum"] > 0) == mom]
+                if not members:
+                    continue
+                rows = []
+                for slot, t in enumerate(members):
+                    b, i = self._where[t]
+                    for r, (c, off, ln, toff) in enumerate(b.layout.pieces[i], self._rec[t]):
+                        w = r * REC_BYTES // 4
+                        words[w:w + 6] = [ln, off, slot * shape[0] * shape[1] + toff, t * self.record.size, gm_word,
+                                          int(mom)]
+                        rows.append((r, b, c, ln))
+                jobs.append((shape, members, mom, rows))
+        dev.queue.write_buffer(self._mp, 0, words)
+        for shape, members, mom, rows in jobs:
+            self._encode_shape(enc, shape, members, mom, rows, keep)
+        self._keep = keep
+
+    def _encode_shape(self, enc, shape, members, mom, rows, keep) -> None:
+        dev, cache = self.device, self._cache
+        n, p = shape
+        B = len(members)
+        w = self._work[shape]
+        np_, pp = n * p, p * p
+        prm = linalg._prm(dev, [n, p, B, 0, 0, int(mom), 0, 0] + [t * self.record.size for t in members],
+                          "stiefel.prm", keep, cache)
+        kg, ks = self._k("st_gather"), self._k("st_scatter")
+        for (r, b, c, ln) in rows:
+            kg.dispatch(enc, self._pbind(kg, r, b, c, w, mom), -(-ln // 256))
+
+        def gemm(a, bb, c, M, N, K, **kw):
+            linalg.gemm(dev, enc, w[a], w[bb], w[c], M, N, K, batch=B, keep=keep, cache=cache, **kw)
+
+        def sym():
+            k = self._k("st_sym")
+            k.dispatch(enc, k.bind({"small": w["small"], "prm": prm}), -(-B * pp // 256))
+
+        def proj(x, v):  # v = v - x sym(x^T v)
+            gemm(x, v, "small", p, p, n, ta=True, strides=(np_, np_, pp))
+            sym()
+            gemm(x, "small", v, n, p, p, strides=(np_, pp, np_), alpha=-1.0, beta=1.0)
+
+        proj("xs", "gs")
+        k = self._k("st_momentum")
+        k.dispatch(enc, k.bind({"hyper": self._hyper, "xs": w["xs"], "gs": w["gs"], "ms": w["ms"], "ys": w["ys"],
+                                "prm": prm}), -(-B * np_ // 256))
+        for src, dst in (("ys", "zs"), ("zs", "ys")):  # Cholesky-QR, twice
+            gemm(src, src, "small", p, p, n, ta=True, strides=(np_, np_, pp))
+            kc, kt = self._k("st_chol"), self._k("st_trsm")
+            kc.dispatch(enc, kc.bind({"small": w["small"], "prm": prm}), B)
+            kt.dispatch(enc, kt.bind({"ya": w[src], "qa": w[dst], "small": w["small"], "prm": prm}),
+                        -(-B * n // 256))
+        if mom:
+            proj("ys", "ms")
+        for (r, b, c, ln) in rows:
+            ks.dispatch(enc, self._pbind(ks, r, b, c, w, mom), -(-ln // 256))
+
+    def _pbind(self, k, r, b, c, w, mom):
+        buf = b.states["momentum_buffer"].buffers[c] if mom else self._dummy_buf
+        key = ("stiefel", k.entry, r, id(w["xs"]), id(buf))
+        if key not in self._binds:
+            self._binds[key] = k.bind({"hyper": self._hyper, "grad": b.grad.buffers[c], "buf": buf,
+                                       "param": b.param.buffers[c], "xs": w["xs"], "gs": w["gs"], "ms": w["ms"],
+                                       "ys": w["ys"], "mp": (self._mp, r * REC_BYTES, REC_BYTES)})
+        return self._binds[key]

@@ -1,0 +1,149 @@
+// Riemannian SGD on the Stiefel manifold (rlx_gpu/optim/stiefel.py; the spec: rlx_gpu/reference/stiefel.py), the
+// parts that are not GEMMs (those are rlx_gpu/linalg.py's). A shape's matrices sit one after another in work
+// buffers xs, gs, ms, ys (and zs: the first QR pass), their p x p products in `small`.
+//   st_gather   per tensor piece: X = param; G = grad * grad_mul + wd * param; M = momentum (the raw grad on the
+//               first step, as geoopt seeds it)
+//   st_sym      S = (S + S^T) / 2 for each p x p matrix
+//   st_momentum M = mu * M + (1 - dampening) * R;  d = R + mu * M (nesterov) | M | R (no momentum);  Y = X + (-lr) d
+//   st_chol     one workgroup per matrix: the lower Cholesky factor of S, in place (upper triangle untouched)
+//   st_trsm     one thread per row: qa = ya L^-T (row by row forward substitution)
+//   st_scatter  per tensor piece: param = ys; momentum = ms
+// mp (st_gather, st_scatter: one record per piece): [count, offset in the chunk, offset in the work buffers, record
+//     word of the tensor, grad_mul word, has momentum, -, -]. prm (the rest): [rows n, cols p, matrices, -,
+//     small offset, momentum, -, -], then (st_momentum) each matrix's record word.
+
+@group(0) @binding(0) var<storage, read> hyper: array<u32>;
+@group(0) @binding(1) var<storage, read> grad: array<f32>;
+@group(0) @binding(2) var<storage, read_write> buf: array<f32>;
+@group(0) @binding(3) var<storage, read_write> param: array<f32>;
+@group(0) @binding(4) var<storage, read_write> xs: array<f32>;
+@group(0) @binding(5) var<storage, read_write> gs: array<f32>;
+@group(0) @binding(6) var<storage, read_write> ms: array<f32>;
+@group(0) @binding(7) var<storage, read> mp: array<u32>;
+@group(0) @binding(8) var<storage, read_write> ys: array<f32>;
+@group(0) @binding(9) var<storage, read_write> small: array<f32>;
+@group(0) @binding(10) var<storage, read> prm: array<u32>;
+@group(0) @binding(11) var<storage, read> ya: array<f32>;
+@group(0) @binding(12) var<storage, read_write> qa: array<f32>;
+
+// record layout (override constants from the optimizer's Record)
+override W_FLAGS: u32 = 0u;
+override W_WD: u32 = 0u;
+override W_MU: u32 = 0u;
+override W_OMD: u32 = 0u;
+override W_NLR: u32 = 0u;
+override B_NEST: u32 = 0u;
+override B_SEED: u32 = 0u;
+
+const WG: u32 = 256u;
+
+fn hf(w: u32) -> f32 { return bitcast<f32>(hyper[w]); }
+fn gid(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 { return (wid.x + wid.y * nwg.x) * WG + lid; }
+
+@compute @workgroup_size(256)
+fn st_gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let i = gid(wid, nwg, lid);
+    if (i >= mp[0]) { return; }
+    let e = mp[1] + i;
+    let j = mp[2] + i;
+    let r = mp[3];
+    let x = param[e];
+    let g = grad[e] * hf(mp[4]);
+    xs[j] = x;
+    gs[j] = g + hf(r + W_WD) * x;
+    if (mp[5] != 0u) {
+        let seed = (hyper[r + W_FLAGS] & B_SEED) != 0u;
+        ms[j] = select(buf[e], g, seed);
+    }
+}
+
+@compute @workgroup_size(256)
+fn st_scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = gid(wid, nwg, lid);
+    if (i >= mp[0]) { return; }
+    let e = mp[1] + i;
+    let j = mp[2] + i;
+    param[e] = ys[j];
+    if (mp[5] != 0u) { buf[e] = ms[j]; }
+}
+
+@compute @workgroup_size(256)
+fn st_sym(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let i = gid(wid, nwg, lid);
+    let p = prm[1];
+    if (i >= prm[2] * p * p) { return; }
+    let b = i / (p * p);
+    let r = (i % (p * p)) / p;
+    let c = i % p;
+    if (r >= c) { return; }  // (one thread per pair above the diagonal writes both)
+    let o = prm[4] + b * p * p;
+    let v = 0.5 * (small[o + r * p + c] + small[o + c * p + r]);
+    small[o + r * p + c] = v;
+    small[o + c * p + r] = v;
+}
+
+@compute @workgroup_size(256)
+fn st_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let i = gid(wid, nwg, lid);
+    let np = prm[0] * prm[1];
+    if (i >= prm[2] * np) { return; }
+    let r = prm[8u + i / np];
+    let x = xs[i];
+    let g = gs[i];
+    var d = g;
+    if (prm[5] != 0u) {  // (momentum)
+        let mu = hf(r + W_MU);
+        let m = mu * ms[i] + hf(r + W_OMD) * g;
+        ms[i] = m;
+        d = select(m, g + mu * m, (hyper[r + W_FLAGS] & B_NEST) != 0u);
+    }
+    ys[i] = x + hf(r + W_NLR) * d;
+}
+
+@compute @workgroup_size(256)
+fn st_chol(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let b = wid.x + wid.y * nwg.x;
+    let p = prm[1];
+    let live = b < prm[2];
+    let o = prm[4] + select(0u, b, live) * p * p;
+    for (var j = 0u; j < p; j++) {
+        if (live && lid == 0u) { small[o + j * p + j] = sqrt(small[o + j * p + j]); }
+        storageBarrier();
+        if (live) {
+            let d = small[o + j * p + j];
+            for (var i = j + 1u + lid; i < p; i += WG) { small[o + i * p + j] = small[o + i * p + j] / d; }
+        }
+        storageBarrier();
+        if (live) {  // trailing update of the lower triangle, a row per thread
+            for (var i = j + 1u + lid; i < p; i += WG) {
+                let lij = small[o + i * p + j];
+                for (var k = j + 1u; k <= i; k++) {
+                    small[o + i * p + k] = small[o + i * p + k] - lij * small[o + k * p + j];
+                }
+            }
+        }
+        storageBarrier();
+    }
+}
+
+@compute @workgroup_size(256)
+fn st_trsm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let i = gid(wid, nwg, lid);
+    let n = prm[0];
+    let p = prm[1];
+    if (i >= prm[2] * n) { return; }
+    let b = i / n;
+    let y = i * p;
+    let l = prm[4] + b * p * p;
+    for (var j = 0u; j < p; j++) {
+        var s = ya[y + j];
+        for (var k = 0u; k < j; k++) { s = s - qa[y + k] * small[l + j * p + k]; }
+        qa[y + j] = s / small[l + j * p + j];
+    }
+}
