@@ -8,9 +8,15 @@
 //   st_chol     one workgroup per matrix: the lower Cholesky factor of S, in place (upper triangle untouched)
 //   st_trsm     one thread per row: qa = ya L^-T (row by row forward substitution)
 //   st_scatter  per tensor piece: param = ys; momentum = ms
+// The Cayley retraction (canonical), by Woodbury: A = u X^T - X u^T = W Z^T with W = [u, X], Z = [X, -u]; for
+// V = [X, b] (or X), (I - A/2)^-1 (I + A/2) V = R + W/2 (I - Z^T W / 2)^-1 Z^T R, R = V + W/2 (Z^T V):
+//   st_pack     W, Z, V from X, u (ys) and b (ms)
+//   st_augment  [I - K/2 | T] for K = Z^T W and T = Z^T R, one 2p x (2p + q) matrix each
+//   st_solve    Gauss-Jordan with partial pivoting, one workgroup a matrix; st_extract copies the solution out
 // mp (st_gather, st_scatter: one record per piece): [count, offset in the chunk, offset in the work buffers, record
-//     word of the tensor, grad_mul word, has momentum, -, -]. prm (the rest): [rows n, cols p, matrices, -,
-//     small offset, momentum, -, -], then (st_momentum) each matrix's record word.
+//     word of the tensor, grad_mul word, has momentum, columns q of vv (canonical; 0: euclidean), p]. prm (the
+//     rest): [rows n, cols p, matrices, q, small offset, momentum, canonical, -], then (st_momentum) each matrix's
+//     record word.
 
 @group(0) @binding(0) var<storage, read> hyper: array<u32>;
 @group(0) @binding(1) var<storage, read> grad: array<f32>;
@@ -25,6 +31,12 @@
 @group(0) @binding(10) var<storage, read> prm: array<u32>;
 @group(0) @binding(11) var<storage, read> ya: array<f32>;
 @group(0) @binding(12) var<storage, read_write> qa: array<f32>;
+@group(0) @binding(13) var<storage, read_write> ww: array<f32>;
+@group(0) @binding(14) var<storage, read_write> zz: array<f32>;
+@group(0) @binding(15) var<storage, read_write> vv: array<f32>;
+@group(0) @binding(16) var<storage, read_write> kk: array<f32>;
+@group(0) @binding(17) var<storage, read_write> tt: array<f32>;
+@group(0) @binding(18) var<storage, read_write> aug: array<f32>;
 
 // record layout (override constants from the optimizer's Record)
 override W_FLAGS: u32 = 0u;
@@ -65,6 +77,13 @@ fn st_scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     if (i >= mp[0]) { return; }
     let e = mp[1] + i;
     let j = mp[2] + i;
+    if (mp[6] != 0u) {  // (canonical: X' and b' side by side in the rows of vv, q = mp[6] columns, p = mp[7])
+        let p = mp[7];
+        let k = (j / p) * mp[6] + j % p;
+        param[e] = vv[k];
+        if (mp[5] != 0u) { buf[e] = vv[k + p]; }
+        return;
+    }
     param[e] = ys[j];
     if (mp[5] != 0u) { buf[e] = ms[j]; }
 }
@@ -101,7 +120,8 @@ fn st_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         ms[i] = m;
         d = select(m, g + mu * m, (hyper[r + W_FLAGS] & B_NEST) != 0u);
     }
-    ys[i] = x + hf(r + W_NLR) * d;
+    let u = hf(r + W_NLR) * d;
+    ys[i] = select(x + u, u, prm[6] != 0u);  // (canonical: the step u itself, for the Cayley retraction)
 }
 
 @compute @workgroup_size(256)
@@ -146,4 +166,114 @@ fn st_trsm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
         for (var k = 0u; k < j; k++) { s = s - qa[y + k] * small[l + j * p + k]; }
         qa[y + j] = s / small[l + j * p + j];
     }
+}
+
+@compute @workgroup_size(256)
+fn st_pack(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let i = gid(wid, nwg, lid);
+    let p = prm[1];
+    let q = prm[3];
+    if (i >= prm[2] * prm[0] * p) { return; }
+    let row = i / p;
+    let c = i % p;
+    let x = xs[i];
+    let u = ys[i];
+    ww[row * 2u * p + c] = u;
+    ww[row * 2u * p + p + c] = x;
+    zz[row * 2u * p + c] = x;
+    zz[row * 2u * p + p + c] = -u;
+    vv[row * q + c] = x;
+    if (q > p) { vv[row * q + p + c] = ms[i]; }
+}
+
+@compute @workgroup_size(256)
+fn st_augment(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = gid(wid, nwg, lid);
+    let m = 2u * prm[1];
+    let q = prm[3];
+    let w = m + q;
+    if (i >= prm[2] * m * w) { return; }
+    let b = i / (m * w);
+    let r = (i % (m * w)) / w;
+    let c = i % w;
+    if (c < m) {
+        aug[i] = select(0.0, 1.0, r == c) - 0.5 * kk[b * m * m + r * m + c];
+    } else {
+        aug[i] = tt[b * m * q + r * q + c - m];
+    }
+}
+
+var<workgroup> pv: array<f32, 256>;
+var<workgroup> pi: array<u32, 256>;
+
+@compute @workgroup_size(256)
+fn st_solve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let b = wid.x + wid.y * nwg.x;
+    let live = b < prm[2];
+    let m = 2u * prm[1];
+    let w = m + prm[3];
+    let o = select(0u, b, live) * m * w;
+    for (var k = 0u; k < m; k++) {
+        // the pivot: the largest |a[i][k]|, i >= k (ties: the lowest row)
+        var best = -1.0;
+        var at = k;
+        if (live) {
+            for (var i = k + lid; i < m; i += WG) {
+                let v = abs(aug[o + i * w + k]);
+                if (v > best) { best = v; at = i; }
+            }
+        }
+        pv[lid] = best;
+        pi[lid] = at;
+        workgroupBarrier();
+        for (var d = WG / 2u; d > 0u; d = d / 2u) {
+            if (lid < d && (pv[lid + d] > pv[lid] || (pv[lid + d] == pv[lid] && pi[lid + d] < pi[lid]))) {
+                pv[lid] = pv[lid + d];
+                pi[lid] = pi[lid + d];
+            }
+            workgroupBarrier();
+        }
+        let r = pi[0];
+        storageBarrier();
+        if (live && r != k) {
+            for (var j = lid; j < w; j += WG) {
+                let t = aug[o + k * w + j];
+                aug[o + k * w + j] = aug[o + r * w + j];
+                aug[o + r * w + j] = t;
+            }
+        }
+        storageBarrier();
+        workgroupBarrier();
+        let piv = aug[o + k * w + k];
+        storageBarrier();
+        if (live) {
+            for (var j = k + lid; j < w; j += WG) { aug[o + k * w + j] = aug[o + k * w + j] / piv; }
+        }
+        storageBarrier();
+        if (live) {  // eliminate column k from every other row, a row per thread
+            for (var i = lid; i < m; i += WG) {
+                if (i == k) { continue; }
+                let f = aug[o + i * w + k];
+                for (var j = k; j < w; j++) { aug[o + i * w + j] = aug[o + i * w + j] - f * aug[o + k * w + j]; }
+            }
+        }
+        storageBarrier();
+        workgroupBarrier();  // (pv and pi are rewritten by the next column's search)
+    }
+}
+
+@compute @workgroup_size(256)
+fn st_extract(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = gid(wid, nwg, lid);
+    let m = 2u * prm[1];
+    let q = prm[3];
+    if (i >= prm[2] * m * q) { return; }
+    let b = i / (m * q);
+    let r = (i % (m * q)) / q;
+    let c = i % q;
+    tt[i] = aug[b * m * (m + q) + r * (m + q) + m + c];
 }

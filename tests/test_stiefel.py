@@ -5,8 +5,9 @@ surroundings (inf skip, clip, lr_scale, checkpoints), and bad input.
 
 Tolerances: twin vs geoopt 5e-6 (Euclidean; float32 products summed in another order, LAPACK's QR vs NumPy's)
 and 1e-4 (canonical: the n x n solve of the Cayley step amplifies rounding; measured 3.4e-5 with Nesterov
-momentum); GPU vs twin 3e-6 on params and 3e-5 on momentum buffers (whose entries reach ~10: relative 3e-6), as
-Cholesky-QR and Householder QR round differently."""
+momentum); GPU vs twin, Euclidean, 3e-6 on params and 3e-5 on momentum buffers (whose entries reach ~10: relative
+3e-6), as Cholesky-QR and Householder QR round differently; canonical 3e-5 and 3e-4 (Woodbury's 2p x 2p solve
+against the twin's n x n one; measured 1e-5 and 1.1e-4 over 20 steps)."""
 import numpy as np
 import pytest
 
@@ -54,13 +55,16 @@ def test_twin_equals_geoopt(manifold, opts):
                                            atol=tol * 10, rtol=tol, err_msg=f"{s} {n}")
 
 
+@pytest.mark.parametrize("manifold", ["euclidean", "canonical"])
 @pytest.mark.parametrize("opts", OPTS, ids=["plain", "nesterov", "dampening-wd"])
-def test_gpu_equals_twin(device, opts):
+def test_gpu_equals_twin(device, opts, manifold):
     """Two tensors of one shape batched, a square one, a tall one, over several 32 KiB arena chunks (a matrix must
     fit one binding: its shape's work buffer is one); 20 steps, one tensor without a grad at step 5."""
     x0 = points()
     dev = device.with_binding_cap(1 << 15)
-    gpu, twin = rlx_gpu.StiefelSGD(x0, lr=0.05, device=dev, **opts), Twin(x0, lr=0.05, **opts)
+    gpu = rlx_gpu.StiefelSGD(x0, lr=0.05, device=dev, manifold=manifold, **opts)
+    twin = Twin(x0, lr=0.05, manifold=manifold, **opts)
+    tol = 3e-6 if manifold == "euclidean" else 3e-5
     rng = np.random.default_rng(2)
     for s in range(20):
         g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in x0.items()}
@@ -70,19 +74,21 @@ def test_gpu_equals_twin(device, opts):
         twin.step(g)
         got = gpu.read_params()
         for n in x0:
-            np.testing.assert_allclose(got[n], twin.params[n], atol=3e-6, err_msg=f"{s} {n}")
+            np.testing.assert_allclose(got[n], twin.params[n], atol=tol, err_msg=f"{s} {n}")
         if opts["momentum"]:
             st = gpu.state_dict()["state"]
             for n in x0:
-                np.testing.assert_allclose(st[n]["momentum_buffer"], twin.state[n]["momentum_buffer"], atol=3e-5,
-                                           err_msg=f"{s} {n}")
+                np.testing.assert_allclose(st[n]["momentum_buffer"], twin.state[n]["momentum_buffer"],
+                                           atol=10 * tol, err_msg=f"{s} {n}")
                 assert st[n]["step"] == twin.state[n]["step"]
 
 
-def test_stays_on_the_manifold_for_1000_steps(device):
-    """|X^T X - I| <= 1e-5 after 1,000 float32 steps with momentum (the issue's bound; measured ~1e-6)."""
+@pytest.mark.parametrize("manifold", ["euclidean", "canonical"])
+def test_stays_on_the_manifold_for_1000_steps(device, manifold):
+    """|X^T X - I| <= 1e-5 after 1,000 float32 steps with momentum (the issue's bound; measured 3.6e-7 with the
+    QR retraction, 3.0e-6 with Cayley, which does not re-orthonormalise: its rounding accumulates)."""
     x0 = points(3)
-    opt = rlx_gpu.StiefelSGD(x0, lr=0.02, momentum=0.9, device=device)
+    opt = rlx_gpu.StiefelSGD(x0, lr=0.02, momentum=0.9, device=device, manifold=manifold)
     rng = np.random.default_rng(4)
     g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in x0.items()}
     for s in range(1000):
@@ -155,8 +161,8 @@ def test_bad_input(device):
         rlx_gpu.StiefelSGD({"w": good}, nesterov=True, device=device)
     with pytest.raises(ValueError, match="manifold must be"):
         Twin({"w": good}, manifold="grassmann")
-    with pytest.raises(ValueError, match="canonical.*not built on the GPU"):
-        rlx_gpu.StiefelSGD({"w": good}, manifold="canonical", device=device)
+    with pytest.raises(ValueError, match="manifold must be"):
+        rlx_gpu.StiefelSGD({"w": good}, manifold="Canonical", device=device)
     opt = rlx_gpu.StiefelSGD({"w": good}, momentum=0.5, device=device)
     with pytest.raises(ValueError):
         opt.step({"w": np.ones((8, 4), np.float32)})

@@ -1,6 +1,7 @@
 """Riemannian SGD on the Stiefel manifold on the GPU: the projections and products as batched GEMMs per shape
 (``rlx_gpu.linalg``), the QR retraction as Cholesky-QR run twice (Gram matrix by GEMM, Cholesky in one workgroup a
-matrix, triangular solve a row a thread: ``shaders/stiefel.wgsl``), all in the step's one compute pass."""
+matrix, triangular solve a row a thread) and the Cayley retraction by Woodbury (GEMMs and a 2p x 2p Gauss-Jordan
+solve a workgroup): ``shaders/stiefel.wgsl``, all in the step's one compute pass."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,12 +16,14 @@ REC_BYTES = 256  # one record per tensor piece, at a storage-offset-aligned stri
 
 class StiefelSGD(Optimizer):
     """Riemannian SGD (with optional Nesterov momentum) keeping (n, p) matrices with orthonormal columns: geoopt's
-    ``RiemannianSGD`` on ``geoopt.EuclideanStiefel`` (QR retraction, ``manifold="euclidean"``). The update (see
+    ``RiemannianSGD`` on ``geoopt.EuclideanStiefel`` (QR retraction, ``manifold="euclidean"``) or
+    ``geoopt.CanonicalStiefel`` (Cayley retraction, ``"canonical"``). The update (see
     :mod:`rlx_gpu.reference.stiefel`): g += weight_decay * X; r = g - X sym(X^T g); momentum as geoopt (the buffer
     starts as the raw grad); X = Q of QR(X - lr d) (R's diagonal positive), the buffer projected onto the new
     tangent space. The QR runs as Cholesky-QR twice in float32 (the Q with a positive-diagonal R, as geoopt's).
-    ``manifold="canonical"`` (geoopt's CanonicalStiefel, Cayley retraction) is in the twin
-    (``rlx_gpu.reference.StiefelSGD``) only: the GPU class refuses it.
+    ``manifold="canonical"`` (geoopt's CanonicalStiefel): r = g - X g^T X and the Cayley retraction
+    (I - A/2)^-1 (I + A/2) [X, b], A = u X^T - X u^T, by Woodbury: GEMMs and one 2p x 2p Gauss-Jordan solve with
+    partial pivoting per matrix (one workgroup each), instead of geoopt's n x n solve.
 
     Args:
         params: dict name -> (n, p) float32 array with n >= p and orthonormal columns (checked: ValueError naming
@@ -41,7 +44,6 @@ class StiefelSGD(Optimizer):
             if d.name != "float32" or self.precision["state_dtype"] != "float32":
                 raise ValueError(f"{name}: {n!r} is {d.name} (state {self.precision['state_dtype']}); StiefelSGD "
                                  "keeps float32 params and state")
-        self._validate_groups()
         self.spec.check_points(name, self.read_params())
         self._groups = {}
         for t, n in enumerate(self._names):
@@ -69,13 +71,6 @@ class StiefelSGD(Optimizer):
         self._keep: list = []
         self._cache: dict = {}
 
-    def _validate_groups(self) -> None:
-        super()._validate_groups()
-        for g in self.param_groups:
-            if g["manifold"] != "euclidean":
-                raise ValueError("StiefelSGD (GPU): manifold='canonical' (the Cayley retraction) is not built on the "
-                                 "GPU yet; rlx_gpu.reference.StiefelSGD has it")
-
     def fill(self, g, t, fresh, sel):
         cols = dict(wd=g["weight_decay"], mu=g["momentum"], omd=1 - g["dampening"], neg_lr=-g["lr"])
         return cols, dict(nesterov=g["nesterov"], seed=np.array(["momentum_buffer" in f for f in fresh]))
@@ -95,35 +90,39 @@ class StiefelSGD(Optimizer):
         jobs = []
         for shape, ts in self._groups.items():
             active = [t for t in ts if self._active[t]]
-            for mom in (False, True):
-                members = [t for t in active if (self.param_groups[self._group_of[t]]["momentum"] > 0) == mom]
+            for mom, can in ((False, False), (True, False), (False, True), (True, True)):
+                members = [t for t in active if (self.param_groups[self._group_of[t]]["momentum"] > 0) == mom and
+                           (self.param_groups[self._group_of[t]]["manifold"] == "canonical") == can]
                 if not members:
                     continue
+                q = (2 if mom else 1) * shape[1] if can else 0
                 rows = []
                 for slot, t in enumerate(members):
                     b, i = self._where[t]
                     for r, (c, off, ln, toff) in enumerate(b.layout.pieces[i], self._rec[t]):
                         w = r * REC_BYTES // 4
-                        words[w:w + 6] = [ln, off, slot * shape[0] * shape[1] + toff, t * self.record.size, gm_word,
-                                          int(mom)]
+                        words[w:w + 8] = [ln, off, slot * shape[0] * shape[1] + toff, t * self.record.size, gm_word,
+                                          int(mom), q, shape[1]]
                         rows.append((r, b, c, ln))
-                jobs.append((shape, members, mom, rows))
+                jobs.append((shape, members, mom, q, rows))
         dev.queue.write_buffer(self._mp, 0, words)
-        for shape, members, mom, rows in jobs:
-            self._encode_shape(enc, shape, members, mom, rows, keep)
+        for shape, members, mom, q, rows in jobs:
+            self._encode_shape(enc, shape, members, mom, q, rows, keep)
         self._keep = keep
 
-    def _encode_shape(self, enc, shape, members, mom, rows, keep) -> None:
+    def _encode_shape(self, enc, shape, members, mom, q, rows, keep) -> None:
+        """One batch of matrices of one shape and one setting (momentum on or off; ``q`` > 0: canonical)."""
         dev, cache = self.device, self._cache
         n, p = shape
         B = len(members)
         w = self._work[shape]
         np_, pp = n * p, p * p
-        prm = linalg._prm(dev, [n, p, B, 0, 0, int(mom), 0, 0] + [t * self.record.size for t in members],
+        prm = linalg._prm(dev, [n, p, B, q, 0, int(mom), int(q > 0), 0] + [t * self.record.size for t in members],
                           "stiefel.prm", keep, cache)
         kg, ks = self._k("st_gather"), self._k("st_scatter")
+        vv = self._cayley_buffers(shape)["vv"] if q else self._dummy_buf
         for (r, b, c, ln) in rows:
-            kg.dispatch(enc, self._pbind(kg, r, b, c, w, mom), -(-ln // 256))
+            kg.dispatch(enc, self._pbind(kg, r, b, c, w, mom, vv), -(-ln // 256))
 
         def gemm(a, bb, c, M, N, K, **kw):
             linalg.gemm(dev, enc, w[a], w[bb], w[c], M, N, K, batch=B, keep=keep, cache=cache, **kw)
@@ -137,26 +136,67 @@ class StiefelSGD(Optimizer):
             sym()
             gemm(x, "small", v, n, p, p, strides=(np_, pp, np_), alpha=-1.0, beta=1.0)
 
-        proj("xs", "gs")
+        if q:  # canonical: r = g - X g^T X
+            gemm("gs", "xs", "small", p, p, n, ta=True, strides=(np_, np_, pp))
+            gemm("xs", "small", "gs", n, p, p, strides=(np_, pp, np_), alpha=-1.0, beta=1.0)
+        else:
+            proj("xs", "gs")
         k = self._k("st_momentum")
         k.dispatch(enc, k.bind({"hyper": self._hyper, "xs": w["xs"], "gs": w["gs"], "ms": w["ms"], "ys": w["ys"],
                                 "prm": prm}), -(-B * np_ // 256))
-        for src, dst in (("ys", "zs"), ("zs", "ys")):  # Cholesky-QR, twice
+        if q:
+            self._cayley(enc, shape, B, q, prm, keep)
+        for src, dst in (() if q else (("ys", "zs"), ("zs", "ys"))):  # Cholesky-QR, twice
             gemm(src, src, "small", p, p, n, ta=True, strides=(np_, np_, pp))
             kc, kt = self._k("st_chol"), self._k("st_trsm")
             kc.dispatch(enc, kc.bind({"small": w["small"], "prm": prm}), B)
             kt.dispatch(enc, kt.bind({"ya": w[src], "qa": w[dst], "small": w["small"], "prm": prm}),
                         -(-B * n // 256))
-        if mom:
+        if mom and not q:
             proj("ys", "ms")
         for (r, b, c, ln) in rows:
-            ks.dispatch(enc, self._pbind(ks, r, b, c, w, mom), -(-ln // 256))
+            ks.dispatch(enc, self._pbind(ks, r, b, c, w, mom, vv), -(-ln // 256))
 
-    def _pbind(self, k, r, b, c, w, mom):
+    def _cayley_buffers(self, shape) -> dict:
+        """The Cayley retraction's work buffers for a shape (made on first use)."""
+        n, p = shape
+        cap = len(self._groups[shape])
+        w = self._work[shape]
+        if "vv" not in w:
+            for k, size in (("ww", n * 2 * p), ("zz", n * 2 * p), ("vv", n * 2 * p), ("kk", 4 * p * p),
+                            ("tt", 4 * p * p), ("aug", 8 * p * p)):
+                w[k] = self.device.buffer(4 * cap * size, f"StiefelSGD.{k}{shape}")
+        return w
+
+    def _cayley(self, enc, shape, B, q, prm, keep) -> None:
+        """[X', b'] = (I - A/2)^-1 (I + A/2) [X, b] by Woodbury, into vv (see shaders/stiefel.wgsl)."""
+        dev, n, p = self.device, shape[0], shape[1]
+        w = self._cayley_buffers(shape)
+        m = 2 * p
+
+        def gemm(a, bb, c, M, N, K, strides, **kw):
+            linalg.gemm(dev, enc, w[a], w[bb], w[c], M, N, K, batch=B, keep=keep, cache=self._cache,
+                        strides=strides, **kw)
+
+        def run(entry, groups, **bufs):
+            k = self._k(entry)
+            k.dispatch(enc, k.bind({**{b: w[b] for b in bufs.get("use", ())}, "prm": prm}), groups)
+
+        run("st_pack", -(-B * n * p // 256), use=("xs", "ys", "ms", "ww", "zz", "vv"))
+        gemm("zz", "vv", "tt", m, q, n, (n * m, n * q, m * q), ta=True)           # T = Z^T V
+        gemm("ww", "tt", "vv", n, q, m, (n * m, m * q, n * q), alpha=0.5, beta=1.0)  # R = V + W T / 2
+        gemm("zz", "ww", "kk", m, m, n, (n * m, n * m, m * m), ta=True)           # K = Z^T W
+        gemm("zz", "vv", "tt", m, q, n, (n * m, n * q, m * q), ta=True)           # T = Z^T R
+        run("st_augment", -(-B * m * (m + q) // 256), use=("kk", "tt", "aug"))
+        run("st_solve", B, use=("aug",))
+        run("st_extract", -(-B * m * q // 256), use=("aug", "tt"))
+        gemm("ww", "tt", "vv", n, q, m, (n * m, m * q, n * q), alpha=0.5, beta=1.0)  # + W P / 2
+
+    def _pbind(self, k, r, b, c, w, mom, vv):
         buf = b.states["momentum_buffer"].buffers[c] if mom else self._dummy_buf
-        key = ("stiefel", k.entry, r, id(w["xs"]), id(buf))
+        key = ("stiefel", k.entry, r, id(w["xs"]), id(buf), id(vv))
         if key not in self._binds:
             self._binds[key] = k.bind({"hyper": self._hyper, "grad": b.grad.buffers[c], "buf": buf,
                                        "param": b.param.buffers[c], "xs": w["xs"], "gs": w["gs"], "ms": w["ms"],
-                                       "ys": w["ys"], "mp": (self._mp, r * REC_BYTES, REC_BYTES)})
+                                       "ys": w["ys"], "vv": vv, "mp": (self._mp, r * REC_BYTES, REC_BYTES)})
         return self._binds[key]
