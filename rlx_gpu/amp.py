@@ -156,7 +156,7 @@ class GradScaler:
         """Unscale inside the kernels and step, or skip the whole step if any grad is inf or NaN."""
         if not self._enabled:
             return optimizer.step(grads)
-        if isinstance(optimizer, Optimizer):
+        if isinstance(optimizer, Optimizer) or getattr(optimizer, "steps_on_device", False):  # (or a Partition)
             self._attach(optimizer.device)
             optimizer.step(grads, loss_scale=self)
         else:

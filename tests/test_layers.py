@@ -9,7 +9,7 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "rlx_gpu"
 # each layer may import only itself and the layers before it
 LAYERS = ["core", "runtime", "engine", "linalg", "reference", "optim", "addons", "tools"]
-ADDONS = {"clip", "amp", "schedules", "distributed", "distributed_files", "distributed_net", "distributed_shards",
+ADDONS = {"clip", "amp", "schedules", "partition", "distributed", "distributed_files", "distributed_net", "distributed_shards",
           "compression"}
 TOOLS = {"bench", "check", "check_sources", "_validate", "__main__"}
 MAX_LINES = 330  # "about 300"

@@ -103,24 +103,38 @@ class StepMixin(GateMixin):
 
     @locked
     def _step(self, grads, check: bool, loss_scale=None) -> Outcome:
-        name = type(self).__name__
-        self._validate_groups()
-        n = len(self._names)
-        if grads is None:
-            active = np.ones(n, bool)
-        else:
-            check_grads(name, grads, self._shapes, DeviceTensor, self.device, dtypes=self._grad_dtypes())
-            active = np.zeros(n, bool)
-            active[[self._index[k] for k in grads]] = True
-        self._settle(keep=1 if check else 0)
+        active = self._begin_checks(grads, check)
         out = self._encode_step(grads, active, check, loss_scale)
         if loss_scale is not None:
             loss_scale.committed()
         return out
 
-    def _encode_step(self, grads, active, check, loss_scale) -> Outcome:
+    @locked
+    def _begin_checks(self, grads, check: bool) -> np.ndarray:
+        """The groups and ``grads`` checked (nothing changes if they are wrong), the tensors with a grad, and the
+        outcomes of earlier checked steps settled as far as needed."""
+        self._validate_groups()
         n = len(self._names)
+        if grads is None:
+            active = np.ones(n, bool)
+        else:
+            check_grads(type(self).__name__, grads, self._shapes, DeviceTensor, self.device,
+                        dtypes=self._grad_dtypes())
+            active = np.zeros(n, bool)
+            active[[self._index[k] for k in grads]] = True
+        self._settle(keep=1 if check else 0)
+        return active
+
+    def _encode_step(self, grads, active, check, loss_scale) -> Outcome:
         enc = self.device.device.create_command_encoder()
+        st = self._step_begin(enc, grads, active, check, loss_scale)
+        return self._step_end(enc, st)
+
+    # A step in two halves, so that several optimizers can share one submission (rlx_gpu.partition): the first
+    # records the uploads, the records and the pass that reads the grads (clip norm, inf/NaN check) and leaves it
+    # open in ``st["cp"]``; the second records the work (gated on the check) and submits (unless ``submit=False``).
+    def _step_begin(self, enc, grads, active, check, loss_scale, pending: bool = True) -> dict:
+        n = len(self._names)
         if grads is not None:
             self._upload_grads(enc, grads)
         # the host state for each outcome of the unsettled step (one branch when everything is settled: the live
@@ -148,31 +162,46 @@ class StepMixin(GateMixin):
             nexts.append((steps, scalars, mat, False))
         all_active = bool(active.all())
         self._active = active  # (which tensors have a grad this step: for optimizers that record their own work)
+        st = dict(check=check, branches=branches, nexts=nexts, recs=recs)
         if not check:
             self.device.queue.write_buffer(self._hyper, 0, recs[0])
-            cp = ComputePass(enc)
+            st["cp"] = ComputePass(enc)
             if self.clip_grad_norm is not None:
-                self._encode_clip(cp, scale_grads=False, flat=all_active)  # the kernels multiply by the factor
-            self._encode(cp)
-            cp.end()
-            self._submit(enc)
-            self._tree = None
-            self._steps, self._scalars, self._materialized, self._last_skipped = nexts[0]  # (all made fresh above)
-            self._norm_taken = self.clip_grad_norm is not None
-            return Outcome(self, False)
+                self._encode_clip(st["cp"], scale_grads=False, flat=all_active)  # the kernels multiply by the factor
+            return st
         # choose the records on the device, check, gate every later dispatch on the check
         gate = self._gate_buffers()
         # the second set at the hyper buffer's own (padded) length, where the choose pass looks for it
         self.device.queue.write_buffer(self._cand, 0, recs[0])
         self.device.queue.write_buffer(self._cand, self._hyper.size, recs[-1])
         k, binds = self._gate_kernels(), self._gate_binds(loss_scale)
-        cp = ComputePass(enc, gate, 16, self._gate_cap)
-        if loss_scale is not None:
+        cp = st["cp"] = ComputePass(enc, gate, 16, self._gate_cap)
+        if loss_scale is not None and pending:  # (a shared submission records the scaler's update once)
             loss_scale.encode_pending(cp)
         k["choose"].dispatch(cp, binds["choose"], -(-recs[0].size // 256))
         # the check and (clipping on) the norm in one read of the grads, before the gate
         self._encode_clip(cp, scale_grads=False, flat=all_active, check=True, norm=self.clip_grad_norm is not None)
-        k["gate_step"].dispatch(cp, binds["gate_step"], 1)
+        st["gate"], st["binds"] = gate, binds
+        return st
+
+    def _step_end(self, enc, st, submit: bool = True) -> Outcome:
+        """``st["cp"]``: the pass ``_step_begin`` left open, or None (it was ended: a new one continues it)."""
+        cp = st["cp"]
+        if cp is None:
+            old = st["ended"]
+            cp = ComputePass(enc, old.args_buffer, old._base, old._cap)
+            cp.args = old.args
+        if not st["check"]:
+            self._encode(cp)
+            cp.end()
+            if submit:
+                self._submit(enc)
+            self._tree = None
+            self._steps, self._scalars, self._materialized, self._last_skipped = st["nexts"][0]  # (made fresh above)
+            self._norm_taken = self.clip_grad_norm is not None
+            return Outcome(self, False)
+        gate = st["gate"]
+        self._gate_kernels()["gate_step"].dispatch(cp, st["binds"]["gate_step"], 1)
         cp.gated = True
         self._encode(cp)
         cp.end()
@@ -181,15 +210,23 @@ class StepMixin(GateMixin):
         slot = self._slots.pop() if self._slots else self.device.device.create_buffer(
             size=16, usage=u.MAP_READ | u.COPY_DST, label=f"{type(self).__name__}.outcome")
         enc.copy_buffer_to_buffer(gate, 0, slot, 0, 4)
-        self._submit(enc)
+        if submit:
+            self._submit(enc)
         self._norm_taken = self.clip_grad_norm is not None
         outcome = Outcome(self, None)
+        st["slot"] = slot  # (a shared submission maps it after submitting: _step_mapped)
+        if submit:
+            self._step_mapped(st, outcome)
+        return outcome
+
+    def _step_mapped(self, st, outcome) -> None:
+        """After the submission: the outcome's read-back requested, and the host state's new tree."""
+        slot, nexts, branches = st["slot"], st["nexts"], st["branches"]
         # (NOSYNC: wgpu-py would submit an empty command buffer first, which only matters for a buffer never written)
         self._unsettled.append((slot, slot.map_async("READ_NOSYNC", 0, 4), outcome))
         # the new tree: keyed by the older unsettled outcome (if any), then by this step's
         leaf = [{False: nx, True: (sn[0], sn[1], sn[2], True)} for nx, (_, sn) in zip(nexts, branches)]
         self._tree = {False: leaf[0], True: leaf[1]} if len(branches) == 2 else leaf[0]
-        return outcome
 
     def _submit(self, enc):
         try:
