@@ -24,7 +24,8 @@ class Mars(Optimizer):
         params: dict name -> array (float32, float16 or bfloat16), torch tensors (``model.parameters()``), or
             a list of param-group dicts.
         lr (3e-3), betas ((0.95, 0.99)), eps (1e-8), weight_decay (0), gamma (0.025): for 2-D tensors.
-        lr_1d (3e-3), betas_1d ((0.9, 0.95)), weight_decay_1d (0.1): AdamW for the others.
+        lr_1d (3e-3), betas_1d ((0.9, 0.95)), weight_decay_1d (0.1): AdamW for the others (deprecated when
+        given: route those tensors to AdamW with ``rlx_gpu.Partition``; they still work).
     State: step, exp_avg, exp_avg_sq, last_grad.
     """
     spec = ref.Mars
@@ -34,6 +35,10 @@ class Mars(Optimizer):
     passes = (Pass("norms", fn="norms", reads=("last_grad",), param="", reduce="x", only_if="matrix", signed=False),
               Pass("scale", kind="per_tensor", fn="scale", only_if="matrix"),
               Pass("step", fn="update", reads=STATES, writes=STATES, signed=False))
+
+    def __init__(self, params, *args, **kwargs):
+        ref.warn_1d(type(self).__name__, params, kwargs)
+        super().__init__(params, *args, **kwargs)
 
     def fill(self, g, t, fresh, sel):
         mat = np.array([len(self._shapes[self._names[i]]) == 2 for i in sel])

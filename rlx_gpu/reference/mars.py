@@ -6,6 +6,8 @@
     m = b1*m + (1-b1)*c;  v = b2*v + (1-b2)*c*c;  denom = (sqrt(v)/sqrt(1-b2^t) + eps)*(1-b1^t)
     p += -lr*(wd*p + m/denom)
 Other tensors: AdamW with lr_1d, betas_1d, weight_decay_1d.  Every tensor: g_prev = g.
+The ``*_1d`` names are deprecated (a DeprecationWarning when given): ``rlx_gpu.Partition`` routes the tensors that
+are not 2-D to AdamW instead (tests/test_partition.py checks that the two agree).
 """
 from __future__ import annotations
 
@@ -16,6 +18,26 @@ import numpy as np
 from ..core.numerics import norm32
 from .base import F32, ReferenceOptimizer
 
+ONE_D = ("lr_1d", "betas_1d", "weight_decay_1d")
+
+
+def warn_1d(owner: str, params, kwargs: dict) -> None:
+    """A DeprecationWarning when the ``*_1d`` hyperparameters are set (as arguments or in a param group, to other
+    than their defaults): the vectors' AdamW is better expressed with :class:`rlx_gpu.Partition` (they keep
+    working)."""
+    import warnings
+    groups = params if isinstance(params, list) and params and isinstance(params[0], dict) else []
+
+    def differs(k, v):  # (a default is not a use: checkpoints record every group key, pairs as lists)
+        return (tuple(v) if isinstance(v, list) else v) != Mars.defaults[k]
+
+    given = sorted({k for k in ONE_D if k in kwargs and differs(k, kwargs[k])} |
+                   {k for g in groups for k in ONE_D if k in g and differs(k, g[k])})
+    if given:
+        warnings.warn(f"{owner}: {', '.join(given)} are deprecated; route the tensors that are not 2-D to AdamW "
+                      "with rlx_gpu.Partition (label by ndim) instead. They still work.", DeprecationWarning,
+                      stacklevel=3)
+
 
 class Mars(ReferenceOptimizer):
     """MARS-AdamW: variance-reduced, normalised momentum for matrices; AdamW for the rest."""
@@ -24,6 +46,9 @@ class Mars(ReferenceOptimizer):
     all_state_names = ("exp_avg", "exp_avg_sq", "last_grad")
     lr_keys = ("lr", "lr_1d")
 
+    def __init__(self, params, *args, **kwargs):
+        warn_1d(type(self).__name__, params, kwargs)
+        super().__init__(params, *args, **kwargs)
 
     def _update(self, p, g, st, group, fresh):
         t, eps = st["step"], group["eps"]
