@@ -5,14 +5,13 @@ beside torch.optim.Muon (bfloat16 Newton-Schulz on tensor cores). GPU timestamps
     python benchmarks/muon_bench.py [--n 4096] [--rounds 3] [--json out.json]
 """
 import argparse
-import json
 
 import numpy as np
 
 import rlx_gpu
 from rlx_gpu import linalg
 from rlx_gpu.bench.baselines import cuda_ms, torch_cuda
-from rlx_gpu.bench.timing import Timer, median
+from rlx_gpu.bench.timing import Timer, alternating, report
 
 HIDDEN = [(768, 2304), (768, 768), (768, 3072), (3072, 768)] * 12  # GPT-2 124M's attention and MLP matrices
 
@@ -53,11 +52,7 @@ def main():
             t.grad = torch.randn_like(t) * 1e-3
         to = torch.optim.Muon(tps, lr=0.02)
         figures["torch_muon_ms"] = lambda: cuda_ms(torch, to.step, 5, steps=10, warmup=2)
-    got = {k: [] for k in figures}
-    for _ in range(args.rounds):
-        for k, f in figures.items():
-            got[k].append(f())
-    med = {k: median(v) for k, v in got.items()}
+    med, got = alternating(figures, args.rounds)
     flop = 2 * n ** 3
     out = {"adapter": dev.name, "n": n, "figures": med, "all": got,
            "gemm_tflops": flop / med["gemm_ms"] / 1e9}
@@ -65,10 +60,7 @@ def main():
         out["torch_gemm_tflops"] = flop / med["torch_gemm_ms"] / 1e9
         out["gemm_vs_torch"] = med["torch_gemm_ms"] / med["gemm_ms"]
         out["muon_vs_torch"] = med["torch_muon_ms"] / med["muon_ms"]
-    print(json.dumps({k: v for k, v in out.items() if k != "all"}, indent=1))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    report(out, args.json)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,12 @@ torch.linalg.qr, and the n x n torch.linalg.solve of the Cayley step. GPU timest
     python benchmarks/stiefel_bench.py [--rounds 3] [--div 1] [--json out.json]
 """
 import argparse
-import json
 
 import numpy as np
 
 import rlx_gpu
 from rlx_gpu.bench.baselines import cuda_ms, torch_cuda
-from rlx_gpu.bench.timing import Timer, median
+from rlx_gpu.bench.timing import Timer, alternating, report
 
 HIDDEN = [(2304, 768), (768, 768), (3072, 768), (3072, 768)] * 12
 
@@ -72,19 +71,12 @@ def main():
             bs = [torch.zeros_like(x) for x in xs]
             figures[f"torch_{man}_ms"] = (lambda m=man, xs=xs, gs=gs, bs=bs: cuda_ms(
                 torch, lambda: torch_step(torch, xs, gs, bs, 1e-2, 0.9, m), 3, steps=3, warmup=1))
-    got = {k: [] for k in figures}
-    for _ in range(args.rounds):
-        for k, f in figures.items():
-            got[k].append(f())
-    med = {k: median(v) for k, v in got.items()}
+    med, got = alternating(figures, args.rounds)
     out = {"adapter": dev.name, "shapes": sorted(set(shapes)), "matrices": len(shapes), "figures": med, "all": got}
     for man in ("euclidean", "canonical"):
         if f"torch_{man}_ms" in med:
             out[f"{man}_vs_torch"] = med[f"torch_{man}_ms"] / med[f"{man}_ms"]
-    print(json.dumps({k: v for k, v in out.items() if k != "all"}, indent=1))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    report(out, args.json)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,25 @@ class Timer:
         return self.measure(fn, steps_for(t), repeats)
 
 
+def alternating(figures: dict, rounds: int) -> tuple[dict, dict]:
+    """Each of ``figures`` (name -> a function returning one measurement) once per round, in turn, ``rounds``
+    times (so drift hits every figure alike): (median per name, every measurement per name)."""
+    got = {k: [] for k in figures}
+    for _ in range(rounds):
+        for k, f in figures.items():
+            got[k].append(f())
+    return {k: median(v) for k, v in got.items()}, got
+
+
+def report(out: dict, path) -> None:
+    """Print a bench script's result (without its raw ``all`` measurements) and write it whole to ``path``."""
+    import json
+    print(json.dumps({k: v for k, v in out.items() if k != "all"}, indent=1))
+    if path:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
+
+
 def steps_for(seconds_per_step: float, target: float = 0.05) -> int:
     return int(min(200, max(3, target / max(seconds_per_step, 1e-6))))
 
