@@ -3,6 +3,7 @@
 
     matmul(a, b, transpose_a=False, transpose_b=False)   a @ b, batched over a leading dimension
     newton_schulz_orth(x, ns_steps=5, ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-7)
+    cholesky_qr(x)                                        the Q of a tall matrix's QR (R's diagonal positive)
 
 float32 throughout (the f16 path of the matrix-optimizer issue is not built yet). Sums run in another order than
 NumPy's: results agree to float32 rounding over K terms (tests/test_linalg.py states the tolerances).
@@ -17,7 +18,7 @@ from .runtime.device import get_device
 from .runtime.kernels import shipped_kernel
 from .runtime.layout import Layout
 
-__all__ = ["matmul", "newton_schulz_orth", "NS_COEFFICIENTS"]
+__all__ = ["matmul", "newton_schulz_orth", "cholesky_qr", "NS_COEFFICIENTS"]
 
 NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)
 TILE = 128  # outputs per workgroup along m and n (shaders/gemm.wgsl)
@@ -114,6 +115,21 @@ def ns_encode(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, cac
         copy_range(dev, enc, cur, 0, x, offset, size, keep, cache)
 
 
+def cholesky_qr_encode(dev, enc, y, z, small, n, p, batch, keep, cache=None) -> None:
+    """Record, in place in buffer ``y``, the Q of each of ``batch`` (n, p) matrices (n >= p) with R's diagonal
+    positive: Cholesky-QR twice (G = Y^T Y by GEMM, G's Cholesky factor L in one workgroup per matrix, Q = Y L^-T a
+    row a thread: ``shaders/cholqr.wgsl``). ``z`` (batch*n*p floats) and ``small`` (batch*p*p) are work buffers.
+    float32; accurate while Y is well conditioned (kappa(Y)^2 well below 1/eps, as X + a step on the Stiefel
+    manifold is), the second pass restoring orthogonality to float32 rounding."""
+    prm = _prm(dev, [n, p, batch, 0, 0, 0, 0, 0], "cholqr.prm", keep, cache)
+    kc, kt = shipped_kernel(dev, "cholqr.wgsl", "chol"), shipped_kernel(dev, "cholqr.wgsl", "trsm")
+    for src, dst in ((y, z), (z, y)):
+        gemm(dev, enc, src, src, small, p, p, n, ta=True, strides=(n * p, n * p, p * p), batch=batch, keep=keep,
+             cache=cache)
+        kc.dispatch(enc, kc.bind({"small": small, "prm": prm}), batch)
+        kt.dispatch(enc, kt.bind({"ya": src, "qa": dst, "small": small, "prm": prm}), -(-batch * n // 256))
+
+
 def _standalone(dev, shape, label) -> DeviceTensor:
     n = int(np.prod(shape))
     lay = Layout([n], alignment=dev.alignment, max_binding=dev.max_storage_binding, block=4)
@@ -180,5 +196,29 @@ def newton_schulz_orth(x, ns_steps: int = 5, ns_coefficients=NS_COEFFICIENTS, ep
     enc, keep = dev.device.create_command_encoder(), []
     enc.copy_buffer_to_buffer(xbuf, 4 * xoff, r["buffer"], r["offset"], 4 * batch * m * n)
     ns_encode(dev, enc, r["buffer"], r["offset"] // 4, batch, m, n, ns_steps, ns_coefficients, eps, keep)
+    dev.submit(enc)
+    return out if isinstance(x, DeviceTensor) else out.numpy()
+
+
+def cholesky_qr(x, device=None):
+    """The Q of the QR of a tall matrix (n >= p) or a batch of them (3-D), R's diagonal positive (the Q NumPy's
+    or torch's QR gives after flipping its columns' signs to match): :func:`cholesky_qr_encode` on the GPU. A NumPy
+    array gives a NumPy array, a DeviceTensor a new DeviceTensor."""
+    dev = get_device(device) if device is not None else None
+    xbuf, xoff, shape, dev = _operand(x, "x", dev)
+    if len(shape) not in (2, 3) or shape[-2] < shape[-1]:
+        raise ValueError(f"rlx_gpu.linalg.cholesky_qr: expected a tall matrix (n >= p) or a batch of them, got "
+                         f"{tuple(shape)}")
+    out = _standalone(dev, shape, "linalg.cholesky_qr")
+    r = out.binding()
+    batch = shape[0] if len(shape) == 3 else 1
+    n, p = shape[-2:]
+    enc, keep = dev.device.create_command_encoder(), []
+    y = dev.buffer(4 * batch * n * p, "cholqr.y")
+    enc.copy_buffer_to_buffer(xbuf, 4 * xoff, y, 0, 4 * batch * n * p)
+    cholesky_qr_encode(dev, enc, y, dev.buffer(4 * batch * n * p, "cholqr.z"), dev.buffer(4 * batch * p * p,
+                                                                                         "cholqr.small"),
+                       n, p, batch, keep)
+    enc.copy_buffer_to_buffer(y, 0, r["buffer"], r["offset"], 4 * batch * n * p)
     dev.submit(enc)
     return out if isinstance(x, DeviceTensor) else out.numpy()

@@ -5,8 +5,7 @@
 //               first step, as geoopt seeds it)
 //   st_sym      S = (S + S^T) / 2 for each p x p matrix
 //   st_momentum M = mu * M + (1 - dampening) * R;  d = R + mu * M (nesterov) | M | R (no momentum);  Y = X + (-lr) d
-//   st_chol     one workgroup per matrix: the lower Cholesky factor of S, in place (upper triangle untouched)
-//   st_trsm     one thread per row: qa = ya L^-T (row by row forward substitution)
+//   (the QR retraction's Cholesky-QR is rlx_gpu.linalg.cholesky_qr_encode's: shaders/cholqr.wgsl)
 //   st_scatter  per tensor piece: param = ys; momentum = ms
 // The Cayley retraction (canonical), by Woodbury: A = u X^T - X u^T = W Z^T with W = [u, X], Z = [X, -u]; for
 // V = [X, b] (or X), (I - A/2)^-1 (I + A/2) V = R + W/2 (I - Z^T W / 2)^-1 Z^T R, R = V + W/2 (Z^T V):
@@ -29,8 +28,6 @@
 @group(0) @binding(8) var<storage, read_write> ys: array<f32>;
 @group(0) @binding(9) var<storage, read_write> small: array<f32>;
 @group(0) @binding(10) var<storage, read> prm: array<u32>;
-@group(0) @binding(11) var<storage, read> ya: array<f32>;
-@group(0) @binding(12) var<storage, read_write> qa: array<f32>;
 @group(0) @binding(13) var<storage, read_write> ww: array<f32>;
 @group(0) @binding(14) var<storage, read_write> zz: array<f32>;
 @group(0) @binding(15) var<storage, read_write> vv: array<f32>;
@@ -124,49 +121,6 @@ fn st_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     ys[i] = select(x + u, u, prm[6] != 0u);  // (canonical: the step u itself, for the Cayley retraction)
 }
 
-@compute @workgroup_size(256)
-fn st_chol(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-           @builtin(local_invocation_index) lid: u32) {
-    let b = wid.x + wid.y * nwg.x;
-    let p = prm[1];
-    let live = b < prm[2];
-    let o = prm[4] + select(0u, b, live) * p * p;
-    for (var j = 0u; j < p; j++) {
-        if (live && lid == 0u) { small[o + j * p + j] = sqrt(small[o + j * p + j]); }
-        storageBarrier();
-        if (live) {
-            let d = small[o + j * p + j];
-            for (var i = j + 1u + lid; i < p; i += WG) { small[o + i * p + j] = small[o + i * p + j] / d; }
-        }
-        storageBarrier();
-        if (live) {  // trailing update of the lower triangle, a row per thread
-            for (var i = j + 1u + lid; i < p; i += WG) {
-                let lij = small[o + i * p + j];
-                for (var k = j + 1u; k <= i; k++) {
-                    small[o + i * p + k] = small[o + i * p + k] - lij * small[o + k * p + j];
-                }
-            }
-        }
-        storageBarrier();
-    }
-}
-
-@compute @workgroup_size(256)
-fn st_trsm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-           @builtin(local_invocation_index) lid: u32) {
-    let i = gid(wid, nwg, lid);
-    let n = prm[0];
-    let p = prm[1];
-    if (i >= prm[2] * n) { return; }
-    let b = i / n;
-    let y = i * p;
-    let l = prm[4] + b * p * p;
-    for (var j = 0u; j < p; j++) {
-        var s = ya[y + j];
-        for (var k = 0u; k < j; k++) { s = s - qa[y + k] * small[l + j * p + k]; }
-        qa[y + j] = s / small[l + j * p + j];
-    }
-}
 
 @compute @workgroup_size(256)
 fn st_pack(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

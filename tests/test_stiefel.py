@@ -167,3 +167,23 @@ def test_bad_input(device):
     with pytest.raises(ValueError):
         opt.step({"w": np.ones((8, 4), np.float32)})
     assert np.array_equal(opt.read_params()["w"], good)
+
+
+def test_cholesky_qr(device):
+    """rlx_gpu.linalg.cholesky_qr against NumPy's QR with R's diagonal made positive: tall, square, a batch, and a
+    DeviceTensor in and out (float32: 2e-6 for these well-conditioned matrices; Q^T Q = I within 1e-6)."""
+    from rlx_gpu import linalg
+    rng = np.random.default_rng(8)
+    for shape in [(40, 6), (17, 17), (3, 100, 9), (1, 300, 20)]:
+        x = (rng.standard_normal(shape) + 2.0 * np.eye(shape[-2], shape[-1])).astype(np.float32)
+        got = linalg.cholesky_qr(x, device=device)
+        for xi, gi in zip(x.reshape((-1,) + shape[-2:]), got.reshape((-1,) + shape[-2:])):
+            q, r = np.linalg.qr(xi.astype(np.float64))
+            q = q * np.sign(np.diag(r))[None, :]
+            np.testing.assert_allclose(gi, q, atol=2e-6)
+            assert off_manifold(gi) <= 1e-6
+    opt = rlx_gpu.StiefelSGD({"w": point(rng, 12, 4)}, device=device)
+    t = linalg.cholesky_qr(opt.params["w"])
+    assert isinstance(t, rlx_gpu.DeviceTensor) and np.allclose(t.numpy(), opt.params["w"].numpy(), atol=2e-6)
+    with pytest.raises(ValueError, match="expected a tall matrix"):
+        linalg.cholesky_qr(np.ones((3, 5), np.float32), device=device)

@@ -146,12 +146,8 @@ class StiefelSGD(Optimizer):
                                 "prm": prm}), -(-B * np_ // 256))
         if q:
             self._cayley(enc, shape, B, q, prm, keep)
-        for src, dst in (() if q else (("ys", "zs"), ("zs", "ys"))):  # Cholesky-QR, twice
-            gemm(src, src, "small", p, p, n, ta=True, strides=(np_, np_, pp))
-            kc, kt = self._k("st_chol"), self._k("st_trsm")
-            kc.dispatch(enc, kc.bind({"small": w["small"], "prm": prm}), B)
-            kt.dispatch(enc, kt.bind({"ya": w[src], "qa": w[dst], "small": w["small"], "prm": prm}),
-                        -(-B * n // 256))
+        else:  # the QR retraction: Y's Q, in place
+            linalg.cholesky_qr_encode(dev, enc, w["ys"], w["zs"], w["small"], n, p, B, keep, cache)
         if mom and not q:
             proj("ys", "ms")
         for (r, b, c, ln) in rows:
