@@ -38,6 +38,9 @@ class Partition:
             raise ValueError(f"Partition: 1 to {MAX_PARTS} sub-optimizers, got {len(optimizers)}")
         routed: dict = {k: {} for k in optimizers}
         for n, a in params.items():
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"Partition: {n!r} must be a NumPy array (torch tensors: build the parts' optimizers "
+                                f"from arrays and copy .grad in), got {type(a).__name__}")
             k = label(n, tuple(np.shape(a)))
             if k not in optimizers:
                 raise ValueError(f"Partition: label gave {k!r} for {n!r}; expected one of {sorted(optimizers)}")

@@ -139,6 +139,8 @@ def test_bad_input(device):
                                             "adamw": (rlx_gpu.AdamW, {})}, device=device)
     with pytest.raises(ValueError, match="1 to 4 sub-optimizers"):
         rlx_gpu.Partition(params(), label, {str(i): (rlx_gpu.SGD, {}) for i in range(5)}, device=device)
+    with pytest.raises(TypeError, match="'b' must be a NumPy array"):
+        rlx_gpu.Partition({**params(), "b": [1.0, 2.0]}, label, PARTS, device=device)
     part = rlx_gpu.Partition(params(), label, PARTS, device=device)
     before = part.read_params()
     with pytest.raises(KeyError, match="unknown tensor"):
