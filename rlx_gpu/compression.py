@@ -83,16 +83,16 @@ class TopKCompressor:
         self._kern = {e: shipped_kernel(device, "topk.wgsl", e, EF=int(ef))
                       for e in ("topk_hist", "topk_pick", "topk_count", "topk_scan", "topk_compact")}
         common = {"hist": self.hist, "sel": self.sel, "cnt": self.cnt, "outp": self.outp}
-        self._binds = {}
-        for e, k in self._kern.items():
-            for p in range(3):
-                for c in (None, *range(lay.num_chunks)):
-                    if (c is None) != (e in ("topk_pick", "topk_scan")) or (p and e not in ("topk_hist", "topk_pick")):
-                        continue
-                    res = ef and c is not None and self.residual.buffers[c]
-                    self._binds[e, p, c] = k.bind({**common, "prm": self._prm[p, c], "blocks": self._tables[c or 0],
-                                                   "res": res or dummy,
-                                                   "grad": self.grads_arena.buffers[c or 0]})
+        self._binds = {}  # (entry, pass, chunk): per-tensor entries (pick, scan) run once, chunk None
+        for e, passes, chunks in (("topk_hist", range(3), range(lay.num_chunks)), ("topk_pick", range(3), [None]),
+                                  ("topk_count", [0], range(lay.num_chunks)), ("topk_scan", [0], [None]),
+                                  ("topk_compact", [0], range(lay.num_chunks))):
+            for p in passes:
+                for c in chunks:
+                    res = self.residual.buffers[c] if ef and c is not None else dummy
+                    self._binds[e, p, c] = self._kern[e].bind({
+                        **common, "prm": self._prm[p, c], "blocks": self._tables[c or 0], "res": res,
+                        "grad": self.grads_arena.buffers[c or 0]})
 
     def _record(self, enc, entry: str, p: int = 0) -> None:
         k = self._kern[entry]
@@ -169,16 +169,17 @@ class Rebuild:
         self._scatter = shipped_kernel(device, "topk_rebuild.wgsl", "topk_scatter")
         self._finish = shipped_kernel(device, "topk_rebuild.wgsl", "topk_finish")
         self.targets, npart = [], 0
+        inv = np.array([1.0 / self.world], np.float32).view(np.uint32)[0]  # (the mean's factor, float32(1/N))
         for dense, ss in segs.values():
             ss.sort()
             table = _u32([len(ss)] + [w for s in ss for w in s])
             span = (ss[0][0], max(a + ln for a, ln, _ in ss))
             sprm = [buf(16, "topk.sprm") for _ in range(self.world)]
-            binds = [self._scatter.bind({"dense": dense, "segs": buf(table.nbytes, "topk.segs", data=table),
-                                         "lst": self.lst, "sprm": p}) for p in sprm]
+            seg_buf = buf(table.nbytes, "topk.segs", data=table)
+            binds = [self._scatter.bind({"dense": dense, "segs": seg_buf, "lst": self.lst, "sprm": p}) for p in sprm]
             nvec = dense.size // 16
             groups = -(-nvec // 1024)
-            fprm = buf(16, "topk.fprm", data=_u32([nvec, 0, npart, 0]))
+            fprm = buf(16, "topk.fprm", data=_u32([nvec, inv, npart, 0]))
             self.targets.append((dense, span, sprm, binds, fprm, groups))
             npart += groups
         self.partials = buf(4 * max(1, npart), "topk.partials")
@@ -192,17 +193,15 @@ class Rebuild:
         dev, K = self.device, self.K
         q = dev.queue
         dev.transfer.upload([(self.lst, 0, np.ascontiguousarray(lists, np.uint32).reshape(-1).view(np.uint8))])
-        inv = np.array([1.0 / self.world], np.float32).view(np.uint32)[0]
         enc = dev.encoder()
-        for (dense, (lo, hi), sprm, binds, fprm, _), fb in zip(self.targets, self._fbind):
+        for dense, (lo, hi), sprm, binds, _, _ in self.targets:
             enc.clear_buffer(dense, 0, dense.size)
             for r in range(self.world):
                 e0, e1 = np.searchsorted(lists[r, :K], [lo, hi])
                 q.write_buffer(sprm[r], 0, _u32([e0, e1, K, 2 * K * r]))
                 if e1 > e0:
                     self._scatter.dispatch(enc, binds[r], -(-(int(e1) - int(e0)) // 256))
-        for (dense, _, _, _, fprm, groups), fb in zip(self.targets, self._fbind):
-            q.write_buffer(fprm, 4, _u32([inv]))
+        for (_, _, _, _, _, groups), fb in zip(self.targets, self._fbind):
             self._finish.dispatch(enc, fb, groups)
         dev.submit(enc)
         return dev.read(self.partials, 0, self._out.nbytes, out=self._out)

@@ -43,6 +43,12 @@ def _prm(dev, words, label, keep, cache):
     return buf
 
 
+def _bind(k, cache, buffers: dict):
+    """A bind group; kept by the kernel when the caller keeps a ``cache`` (work recorded every step), made afresh
+    otherwise (one-off calls with buffers of their own, which a kept group would hold alive)."""
+    return k.cached_bind(buffers) if cache is not None else k.bind(buffers)
+
+
 def gemm(dev, enc, a, b, c, M, N, K, *, ta=False, tb=False, offsets=(0, 0, 0), strides=None, alpha=1.0, beta=0.0,
          batch=1, keep=None, cache=None) -> None:
     """Record C = alpha * op(A) @ op(B) + beta * C for ``batch`` matrices (buffers ``a``, ``b``, ``c``; element
@@ -53,21 +59,21 @@ def gemm(dev, enc, a, b, c, M, N, K, *, ta=False, tb=False, offsets=(0, 0, 0), s
     pbuf = _prm(dev, [M, N, K, int(ta), int(tb), *offsets, *strides, _bits(alpha), _bits(beta), tn, tm, batch],
                 "gemm.prm", keep, cache)
     k = shipped_kernel(dev, "gemm.wgsl", "gemm")
-    k.dispatch(enc, k.bind({"A": a, "B": b, "C": c, "prm": pbuf}), tn * tm * batch)
+    k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": c, "prm": pbuf}), tn * tm * batch)
 
 
 def copy_range(dev, enc, src, src_off, dst, dst_off, count, keep=None, cache=None) -> None:
     """Record a copy of ``count`` float32 elements as a dispatch (so it can sit inside a compute pass)."""
     pbuf = _prm(dev, [count, src_off, dst_off], "copy.prm", keep, cache)
     k = shipped_kernel(dev, "gemm.wgsl", "copy_range")
-    k.dispatch(enc, k.bind({"A": src, "C": dst, "prm": pbuf}), -(-count // 256))
+    k.dispatch(enc, _bind(k, cache, {"A": src, "C": dst, "prm": pbuf}), -(-count // 256))
 
 
 def frob_scale(dev, enc, x, count, offset, stride, eps, batch, keep=None, cache=None) -> None:
     """Record: each of ``batch`` matrices of ``count`` elements divided by max(its Frobenius norm, eps)."""
     pbuf = _prm(dev, [count, offset, stride, _bits(eps), batch], "frob.prm", keep, cache)
     k = shipped_kernel(dev, "gemm.wgsl", "frob_scale")
-    k.dispatch(enc, k.bind({"C": x, "prm": pbuf}), batch)
+    k.dispatch(enc, _bind(k, cache, {"C": x, "prm": pbuf}), batch)
 
 
 def ns_dispatches(ns_steps: int) -> int:
@@ -126,8 +132,8 @@ def cholesky_qr_encode(dev, enc, y, z, small, n, p, batch, keep, cache=None) -> 
     for src, dst in ((y, z), (z, y)):
         gemm(dev, enc, src, src, small, p, p, n, ta=True, strides=(n * p, n * p, p * p), batch=batch, keep=keep,
              cache=cache)
-        kc.dispatch(enc, kc.bind({"small": small, "prm": prm}), batch)
-        kt.dispatch(enc, kt.bind({"ya": src, "qa": dst, "small": small, "prm": prm}), -(-batch * n // 256))
+        kc.dispatch(enc, _bind(kc, cache, {"small": small, "prm": prm}), batch)
+        kt.dispatch(enc, _bind(kt, cache, {"ya": src, "qa": dst, "small": small, "prm": prm}), -(-batch * n // 256))
 
 
 def _standalone(dev, shape, label) -> DeviceTensor:

@@ -129,7 +129,7 @@ class StiefelSGD(Optimizer):
 
         def sym():
             k = self._k("st_sym")
-            k.dispatch(enc, k.bind({"small": w["small"], "prm": prm}), -(-B * pp // 256))
+            k.dispatch(enc, k.cached_bind({"small": w["small"], "prm": prm}), -(-B * pp // 256))
 
         def proj(x, v):  # v = v - x sym(x^T v)
             gemm(x, v, "small", p, p, n, ta=True, strides=(np_, np_, pp))
@@ -142,7 +142,7 @@ class StiefelSGD(Optimizer):
         else:
             proj("xs", "gs")
         k = self._k("st_momentum")
-        k.dispatch(enc, k.bind({"hyper": self._hyper, "xs": w["xs"], "gs": w["gs"], "ms": w["ms"], "ys": w["ys"],
+        k.dispatch(enc, k.cached_bind({"hyper": self._hyper, "xs": w["xs"], "gs": w["gs"], "ms": w["ms"], "ys": w["ys"],
                                 "prm": prm}), -(-B * np_ // 256))
         if q:
             self._cayley(enc, shape, B, q, prm, keep)
@@ -176,7 +176,7 @@ class StiefelSGD(Optimizer):
 
         def run(entry, groups, **bufs):
             k = self._k(entry)
-            k.dispatch(enc, k.bind({**{b: w[b] for b in bufs.get("use", ())}, "prm": prm}), groups)
+            k.dispatch(enc, k.cached_bind({**{b: w[b] for b in bufs.get("use", ())}, "prm": prm}), groups)
 
         run("st_pack", -(-B * n * p // 256), use=("xs", "ys", "ms", "ww", "zz", "vv"))
         gemm("zz", "vv", "tt", m, q, n, (n * m, n * q, m * q), ta=True)           # T = Z^T V

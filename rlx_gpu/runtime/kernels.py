@@ -22,6 +22,7 @@ class Kernel:
         wgpu = device.wgpu
         self.device, self.label, self.entry = device, label, entry
         self.constants = dict(constants)
+        self._groups: dict = {}  # cached_bind's
         declared = src.bindings(code)
         used = src.used_bindings(code, entry)
         self.bindings = {n: declared[n] for n in sorted(used, key=lambda n: declared[n][0])}
@@ -40,6 +41,20 @@ class Kernel:
         except Exception as e:
             device._failed(e)
             raise RuntimeError(f"rlx_gpu: shader {label!r} entry {entry!r} failed to compile: {e}") from e
+
+    def cached_bind(self, buffers: dict):
+        """:meth:`bind`, kept: the same buffers (and ranges) for this entry point's bindings give the same group, so
+        work recorded every step makes its bind groups once (the entry holds the buffers: their ids stay theirs;
+        at most 256 groups are kept per kernel)."""
+        norm = {n: buffers[n] if isinstance(buffers.get(n), tuple) else (buffers[n], 0, None)
+                for n in self.bindings if n in buffers}
+        key = tuple((n, id(b), o, s) for n, (b, o, s) in norm.items())
+        hit = self._groups.get(key)
+        if hit is None:
+            if len(self._groups) >= 256:
+                self._groups.clear()
+            hit = self._groups[key] = (self.bind(buffers), [b for b, _, _ in norm.values()])
+        return hit[0]
 
     def bind(self, buffers: dict):
         """A bind group from ``{binding name: buffer or (buffer, offset, size)}`` for every binding this entry point

@@ -44,7 +44,6 @@ class Program:
         self.kernel = get_kernel(device, label, code, entry, **constants)
         #: The storage bindings the entry point uses: {name: (binding index, read-only)}.
         self.bindings = dict(self.kernel.bindings)
-        self._binds: dict = {}
 
     def bind(self, **buffers):
         """The bind group for these buffers (cached: the same buffers give the same group)."""
@@ -52,13 +51,7 @@ class Program:
         if unknown:
             raise KeyError(f"rlx_gpu.Program {self.kernel.entry!r}: no binding named {sorted(unknown)}; it uses "
                            f"{sorted(self.bindings)}")
-        res = {n: _resource(n, v) for n, v in buffers.items()}
-        key = tuple((n, id(b), o, s) for n, (b, o, s) in sorted(res.items()))
-        if key not in self._binds:
-            if len(self._binds) > 256:
-                self._binds.clear()
-            self._binds[key] = (self.kernel.bind(res), [b for b, _, _ in res.values()])  # (keeps buffers alive)
-        return self._binds[key][0]
+        return self.kernel.cached_bind({n: _resource(n, v) for n, v in buffers.items()})
 
     def record(self, encoder, groups, **buffers) -> None:
         """Record one dispatch into a command encoder (``device.encoder()``)."""
