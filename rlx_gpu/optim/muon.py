@@ -5,14 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from .. import linalg
-from ..engine import Optimizer
 from ..reference import muon as ref
 from ..runtime.kernels import shipped_kernel
+from .matrix import REC_BYTES, MatrixOptimizer
 
-REC_BYTES = 256  # one scalar record per tensor piece, at a storage-offset-aligned stride
 
-
-class Muon(Optimizer):
+class Muon(MatrixOptimizer):
     """Muon (Jordan et al. 2024): torch.optim.Muon's semantics and defaults, Newton-Schulz in float32.
 
         b = lerp(b, g, 1 - momentum);  u = lerp(g, b, momentum) if nesterov else b;  u = NS(u)
@@ -32,32 +30,11 @@ class Muon(Optimizer):
     State (torch's names): step, momentum_buffer.
     """
     spec = ref.Muon
-    shader = ""  # (no generated module: shaders/muon.wgsl and shaders/gemm.wgsl, recorded by _encode below)
-    passes = ()
 
     def __init__(self, params, *args, **kwargs):
-        super().__init__(params, *args, **kwargs)
-        name = type(self).__name__
-        self.spec.check_shapes(name, self._shapes)
-        for n, d in zip(self._names, self._dtypes):
-            if d.name != "float32" or self.precision["state_dtype"] != "float32":
-                raise ValueError(f"{name}: {n!r} is {d.name} (state {self.precision['state_dtype']}); Muon keeps "
-                                 "float32 params and state")
-        shapes = sorted({self._shapes[n] for n in self._names})
-        self._groups = {s: [t for t, n in enumerate(self._names) if self._shapes[n] == s] for s in shapes}
-        dev = self.device
-        for s, ts in self._groups.items():  # (a shape's matrices are orthogonalised in one buffer, bound whole)
-            if 4 * len(ts) * s[0] * s[1] > dev.max_storage_binding:
-                raise ValueError(f"{name}: the {len(ts)} tensors of shape {s} need {4 * len(ts) * s[0] * s[1]} bytes "
-                                 f"of scratch in one binding; the adapter binds at most {dev.max_storage_binding}")
-        self._scratch = {s: dev.buffer(4 * len(ts) * s[0] * s[1], f"Muon.scratch{s}") for s, ts in self._groups.items()}
-        self._rec, r = [], 0  # each tensor's first scalar record (one per piece), fixed: bind groups are kept
-        for b, i in self._where:
-            self._rec.append(r)
-            r += len(b.layout.pieces[i])
-        self._mp = dev.buffer(REC_BYTES * r, "Muon.scalars")
-        self._keep: list = []
-        self._ns_cache: dict = {}  # Newton-Schulz's work and parameter buffers, made once per setting
+        super().__init__(params, *args, **kwargs)  # (the float32 and 2-D checks, the shape groups: .matrix)
+        self._scratch = {s: self.device.buffer(4 * len(ts) * s[0] * s[1], f"Muon.scratch{s}")
+                         for s, ts in self._groups.items()}
 
     def fill(self, g, t, fresh, sel):
         return {}, {}
@@ -65,8 +42,7 @@ class Muon(Optimizer):
     def _max_dispatches(self) -> int:
         """Every tensor piece's two kernels and, at worst, a Newton-Schulz of its own with the most steps allowed
         (the checked step's indirect-argument buffer is sized once: groups may change ns_steps later)."""
-        pieces = sum(len(b.layout.pieces[i]) for b, i in self._where)
-        return 2 * pieces + len(self._names) * linalg.ns_dispatches(99) + 8
+        return 2 * self._pieces_count() + len(self._names) * linalg.ns_dispatches(99) + 8
 
     def _encode(self, enc) -> None:
         """Momentum into the shape's scratch, Newton-Schulz batched per shape (and per group's settings), update."""
@@ -105,7 +81,7 @@ class Muon(Optimizer):
             for (r, b, c, ln) in rows:
                 km.dispatch(enc, self._mbind(km, r, b, c, scratch), -(-ln // 256))
             linalg.ns_encode(dev, enc, scratch, base * shape[0] * shape[1], count, shape[0], shape[1], steps, coeffs,
-                             eps, keep, self._ns_cache, capacity=len(self._groups[shape]))
+                             eps, keep, self._cache, capacity=len(self._groups[shape]))
             for (r, b, c, ln) in rows:
                 ka.dispatch(enc, self._mbind(ka, r, b, c, scratch), -(-ln // 256))
         self._keep = keep  # (the parameter buffers of this step's GEMMs, until the next step)

@@ -7,14 +7,12 @@ from __future__ import annotations
 import numpy as np
 
 from .. import linalg
-from ..engine import Optimizer
 from ..reference import stiefel as ref
 from ..runtime.kernels import shipped_kernel
+from .matrix import REC_BYTES, MatrixOptimizer
 
-REC_BYTES = 256  # one record per tensor piece, at a storage-offset-aligned stride
 
-
-class StiefelSGD(Optimizer):
+class StiefelSGD(MatrixOptimizer):
     """Riemannian SGD (with optional Nesterov momentum) keeping (n, p) matrices with orthonormal columns: geoopt's
     ``RiemannianSGD`` on ``geoopt.EuclideanStiefel`` (QR retraction, ``manifold="euclidean"``) or
     ``geoopt.CanonicalStiefel`` (Cayley retraction, ``"canonical"``). The update (see
@@ -32,52 +30,33 @@ class StiefelSGD(Optimizer):
     State (geoopt's names): step[, momentum_buffer].
     """
     spec = ref.StiefelSGD
-    shader = ""  # (no generated module: shaders/stiefel.wgsl and shaders/gemm.wgsl, recorded by _encode below)
-    passes = ()
     fields = ("wd", "mu", "omd", "neg_lr")
     flags = ("nesterov", "seed")
 
     def __init__(self, params, *args, **kwargs):
-        super().__init__(params, *args, **kwargs)
-        name = type(self).__name__
-        for n, d in zip(self._names, self._dtypes):
-            if d.name != "float32" or self.precision["state_dtype"] != "float32":
-                raise ValueError(f"{name}: {n!r} is {d.name} (state {self.precision['state_dtype']}); StiefelSGD "
-                                 "keeps float32 params and state")
-        self.spec.check_points(name, self.read_params())
-        self._groups = {}
-        for t, n in enumerate(self._names):
-            self._groups.setdefault(self._shapes[n], []).append(t)
+        super().__init__(params, *args, **kwargs)  # (the float32 and point checks, the shape groups: .matrix)
         dev = self.device
         self._work = {}
         for (rows, cols), ts in self._groups.items():
             size = 4 * len(ts) * rows * cols
-            if size > dev.max_storage_binding:
-                raise ValueError(f"{name}: the {len(ts)} tensors of shape {(rows, cols)} need {size} bytes of "
-                                 f"scratch in one binding; the adapter binds at most {dev.max_storage_binding}")
             self._work[rows, cols] = {k: dev.buffer(size, f"StiefelSGD.{k}{(rows, cols)}")
                                       for k in ("xs", "gs", "ms", "ys", "zs")}
             self._work[rows, cols]["small"] = dev.buffer(4 * len(ts) * cols * cols, f"StiefelSGD.small{(rows, cols)}")
-        self._rec, r = [], 0
-        for b, i in self._where:
-            self._rec.append(r)
-            r += len(b.layout.pieces[i])
-        self._mp = dev.buffer(REC_BYTES * r, "StiefelSGD.pieces")
         self._dummy_buf = dev.buffer(16, "StiefelSGD.no-momentum")
         rec = self.record
         self._consts = dict(W_FLAGS=rec.tensor.offset["flags"], W_WD=rec.tensor.offset["wd"],
                             W_MU=rec.tensor.offset["mu"], W_OMD=rec.tensor.offset["omd"],
                             W_NLR=rec.tensor.offset["neg_lr"], B_NEST=rec.bit["nesterov"], B_SEED=rec.bit["seed"])
-        self._keep: list = []
-        self._cache: dict = {}
+
+    def _check_matrices(self) -> None:
+        self.spec.check_points(type(self).__name__, self.read_params())
 
     def fill(self, g, t, fresh, sel):
         cols = dict(wd=g["weight_decay"], mu=g["momentum"], omd=1 - g["dampening"], neg_lr=-g["lr"])
         return cols, dict(nesterov=g["nesterov"], seed=np.array(["momentum_buffer" in f for f in fresh]))
 
     def _max_dispatches(self) -> int:
-        pieces = sum(len(b.layout.pieces[i]) for b, i in self._where)
-        return 2 * pieces + 2 * len(self._names) * 16 + 8
+        return 2 * self._pieces_count() + 2 * len(self._names) * 16 + 8
 
     def _k(self, entry):
         return shipped_kernel(self.device, "stiefel.wgsl", entry, **self._consts)
