@@ -4,28 +4,19 @@ beside torch.optim.Muon (bfloat16 Newton-Schulz on tensor cores). GPU timestamps
 
     python benchmarks/muon_bench.py [--n 4096] [--rounds 3] [--json out.json]
 """
-import argparse
-
 import numpy as np
 
 import rlx_gpu
 from rlx_gpu import linalg
-from rlx_gpu.bench.baselines import cuda_ms, torch_cuda
-from rlx_gpu.bench.timing import Timer, alternating, report
+from rlx_gpu.bench.baselines import cuda_ms, matrix_bench_setup
+from rlx_gpu.bench.timing import alternating, report
 
 HIDDEN = [(768, 2304), (768, 768), (768, 3072), (3072, 768)] * 12  # GPT-2 124M's attention and MLP matrices
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--div", type=int, default=1, help="shrink the matrices by this factor (a smoke run)")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    dev = rlx_gpu.get_device()
-    timer = Timer(dev)
-    torch = torch_cuda()
+    args, dev, timer, torch = matrix_bench_setup(
+        __doc__, lambda ap: ap.add_argument("--n", type=int, default=4096))
     n = args.n
     a = dev.buffer(4 * n * n, "a", data=np.random.default_rng(0).standard_normal(n * n).astype(np.float32))
     b = dev.buffer(4 * n * n, "b", data=np.random.default_rng(1).standard_normal(n * n).astype(np.float32))

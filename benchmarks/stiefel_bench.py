@@ -6,13 +6,11 @@ torch.linalg.qr, and the n x n torch.linalg.solve of the Cayley step. GPU timest
 
     python benchmarks/stiefel_bench.py [--rounds 3] [--div 1] [--json out.json]
 """
-import argparse
-
 import numpy as np
 
 import rlx_gpu
-from rlx_gpu.bench.baselines import cuda_ms, torch_cuda
-from rlx_gpu.bench.timing import Timer, alternating, report
+from rlx_gpu.bench.baselines import cuda_ms, matrix_bench_setup
+from rlx_gpu.bench.timing import alternating, report
 
 HIDDEN = [(2304, 768), (768, 768), (3072, 768), (3072, 768)] * 12
 
@@ -44,14 +42,7 @@ def torch_step(torch, xs, gs, bufs, lr, mu, manifold):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--div", type=int, default=1, help="shrink the matrices by this factor (a smoke run)")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    dev = rlx_gpu.get_device()
-    timer = Timer(dev)
-    torch = torch_cuda()
+    args, dev, timer, torch = matrix_bench_setup(__doc__)
     rng = np.random.default_rng(0)
     shapes = [(r // args.div, c // args.div) for r, c in HIDDEN]
     params = {}

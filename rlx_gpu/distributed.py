@@ -134,8 +134,8 @@ class ZeroRedundancyOptimizer:
             raise ValueError(f"ZeroRedundancyOptimizer (rank {self.rank}): the ranks were given different tensors "
                              "(names or shapes differ); every rank must pass the same params")
 
-    def _flat(self, arrays: dict, copy: bool = True) -> np.ndarray:
-        """The grads checked and (``copy``) laid out in the exchange buffer: rank r's range in row r."""
+    def _check_grads(self, arrays: dict) -> None:
+        """Every tensor's grad, float32 of its shape, and no other (KeyError/ValueError naming it)."""
         missing = [n for n in self.params if n not in arrays]
         if missing:
             raise KeyError(f"ZeroRedundancyOptimizer.step: no grad for {missing} (every tensor needs one: a zero "
@@ -147,13 +147,20 @@ class ZeroRedundancyOptimizer:
             if a.shape != self.params[n].shape or a.dtype != np.float32:
                 raise ValueError(f"ZeroRedundancyOptimizer.step: grad for {n!r} must be float32 of shape "
                                  f"{self.params[n].shape}, got {a.dtype} {a.shape}")
-        if not copy:
-            return None
+
+    def _rows_buf(self) -> np.ndarray:
+        """The host exchange buffer, (world, width) float32, rank r's range in row r (made once)."""
         if self._rows is None:
             self._rows = np.zeros((self.world_size, self._width), np.float32)
-        for n, t0, t1, r, off in self._segs:
-            self._rows[r, off:off + t1 - t0] = np.asarray(arrays[n]).reshape(-1)[t0:t1]
         return self._rows
+
+    def _flat(self, arrays: dict) -> np.ndarray:
+        """The grads checked and laid out in the exchange buffer."""
+        self._check_grads(arrays)
+        rows = self._rows_buf()
+        for n, t0, t1, r, off in self._segs:
+            rows[r, off:off + t1 - t0] = np.asarray(arrays[n]).reshape(-1)[t0:t1]
+        return rows
 
     def step(self, grads: dict | None = None, grads_averaged: bool = False, *, loss_scale=None) -> None:
         """One step with this rank's ``grads`` (dict name -> float32 array; every tensor): the mean over ranks
@@ -210,7 +217,7 @@ class ZeroRedundancyOptimizer:
             raise ValueError("ZeroRedundancyOptimizer.step: grads_averaged=True means nothing to exchange; it does "
                              "not combine with grad_compression")
         if grads is not None:
-            self._flat(grads, copy=False)  # (the checks only: names, shapes, dtypes)
+            self._check_grads(grads)
             self._comp.write(grads)
             self._mark("upload_grads")
         if self._lists is None:  # (one row of K indices and K value bits per rank, made once)
@@ -268,9 +275,7 @@ class ZeroRedundancyOptimizer:
         self._t0 = now
 
     def _all_gather(self, mine: np.ndarray) -> None:
-        if self._rows is None:
-            self._rows = np.zeros((self.world_size, self._width), np.float32)
-        rows = self._rows
+        rows = self._rows_buf()
         rows[self.rank, :mine.size] = mine
         try:
             self._collective("the params' all-gather", lambda: self._net.all_gather_rows(rows))

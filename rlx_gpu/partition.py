@@ -136,8 +136,7 @@ class Partition:
             states = []
             for i, (p, g, active) in enumerate(subs):
                 st = p._step_begin(enc, g, active, check, loss_scale, pending=(i == 0))
-                st["ended"], st["cp"] = st["cp"], None
-                st["ended"].end()
+                p._step_suspend(st)
                 states.append(st)
             if len(subs) > 1 and (check or self.clip_grad_norm is not None):
                 self._record_combine(enc, [p for p, _, _ in subs], check)

@@ -191,3 +191,22 @@ def numpy_ms(cls, params, kw, shapes, repeats) -> float:
         twin.step(grads)
         ts.append(time.perf_counter() - t0)
     return median(ts) * 1e3
+
+
+def matrix_bench_setup(doc: str, extra=None):
+    """The common start of the matrix benches (benchmarks/muon_bench.py, stiefel_bench.py): ``--rounds``,
+    ``--div`` (shrink the matrices: a smoke run), ``--json`` and ``extra(parser)``'s own arguments, then the
+    default adapter, its GPU-timestamp timer and torch on CUDA (None without it): (args, device, timer, torch)."""
+    import argparse
+
+    import rlx_gpu
+    from .timing import Timer
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--div", type=int, default=1, help="shrink the matrices by this factor (a smoke run)")
+    ap.add_argument("--json")
+    if extra is not None:
+        extra(ap)
+    args = ap.parse_args()
+    dev = rlx_gpu.get_device()
+    return args, dev, Timer(dev), torch_cuda()

@@ -184,13 +184,15 @@ class StepMixin(GateMixin):
         st["gate"], st["binds"] = gate, binds
         return st
 
+    def _step_suspend(self, st) -> None:
+        """End the pass ``_step_begin`` left open (another optimizer's work follows in the encoder); ``_step_end``
+        continues it in a new pass."""
+        st["ended"], st["cp"] = st["cp"], None
+        st["ended"].end()
+
     def _step_end(self, enc, st, submit: bool = True) -> Outcome:
-        """``st["cp"]``: the pass ``_step_begin`` left open, or None (it was ended: a new one continues it)."""
-        cp = st["cp"]
-        if cp is None:
-            old = st["ended"]
-            cp = ComputePass(enc, old.args_buffer, old._base, old._cap)
-            cp.args = old.args
+        """``st["cp"]``: the pass ``_step_begin`` left open, or None (suspended: a new one continues it)."""
+        cp = st["cp"] or st["ended"].resume(enc)
         if not st["check"]:
             self._encode(cp)
             cp.end()

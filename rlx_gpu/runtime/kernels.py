@@ -119,6 +119,12 @@ class ComputePass:
     def end(self) -> None:
         self.compute.end()
 
+    def resume(self, encoder) -> "ComputePass":
+        """A new pass on ``encoder`` that continues this ended one (its indirect arguments and their buffer)."""
+        cp = ComputePass(encoder, self.args_buffer, self._base, self._cap)
+        cp.args, cp.gated = self.args, self.gated
+        return cp
+
 
 def grid(groups: int, limit: int) -> tuple[int, int]:
     """Split ``groups`` workgroups into an (x, y) grid with x, y <= limit; kernels skip ids >= groups."""
