@@ -145,6 +145,8 @@ class Partition:
             for (p, _, _), st, out in zip(subs, states, outs):
                 if check:
                     p._step_mapped(st, out)
+            for p, _, _ in subs:
+                p._after_submit()
             if loss_scale is not None:
                 loss_scale.committed()
         finally:

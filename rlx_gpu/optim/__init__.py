@@ -12,9 +12,10 @@ from .qhadam import QHAdamW
 from .radam import RAdam
 from .rmsprop import RMSprop
 from .sgd import SGD
+from .soap import SOAP
 from .sophia import SophiaH
 from .sparse_adam import SparseAdam
 from .stiefel import StiefelSGD
 
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH",
-           "Mars", "Adafactor", "SparseAdam", "Muon", "StiefelSGD"]
+           "Mars", "Adafactor", "SparseAdam", "Muon", "StiefelSGD", "SOAP"]

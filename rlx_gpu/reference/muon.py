@@ -31,6 +31,14 @@ def newton_schulz_np(g: np.ndarray, ns_steps=5, ns_coefficients=(3.4445, -4.775,
     return np.ascontiguousarray(x.T if tall else x)
 
 
+def matrices_only(owner: str, algorithm: str, shapes: dict) -> None:
+    """ValueError naming the first tensor that is not 2-D (the matrix optimizers take matrices only)."""
+    for n, s in shapes.items():
+        if len(s) != 2:
+            raise ValueError(f"{owner}: {algorithm} only supports 2-D tensors; {n!r} has shape {tuple(s)} "
+                             "(route the others to another optimizer, e.g. with rlx_gpu.Partition)")
+
+
 def adjusted_lr(lr: float, fn, shape) -> float:
     A, B = shape[:2]
     if fn is None or fn == "original":
@@ -58,10 +66,7 @@ class Muon(ReferenceOptimizer):
 
     @classmethod
     def check_shapes(cls, owner: str, shapes: dict) -> None:
-        for n, s in shapes.items():
-            if len(s) != 2:
-                raise ValueError(f"{owner}: Muon only supports 2-D tensors; {n!r} has shape {tuple(s)} "
-                                 "(route the others to another optimizer)")
+        matrices_only(owner, cls.__name__, shapes)
 
     def __init__(self, params, *args, **kwargs):
         super().__init__(params, *args, **kwargs)

@@ -1,0 +1,214 @@
+"""SOAP on the GPU: the projections into and out of the eigenbasis and Shampoo's GG products as batched GEMMs per
+shape (``rlx_gpu.linalg``), Adam's moments and the update in ``shaders/soap.wgsl``, all in the step's one compute
+pass; the eigendecompositions (a tensor's first step) and the power-iteration refreshes (every
+``precondition_frequency``-th step) on the host in float64, right after the step that needs them."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import linalg
+from ..core.groups import MAX_STEP
+from ..core.sync import locked
+from ..reference import soap as ref
+from ..runtime.kernels import shipped_kernel
+from .matrix import REC_BYTES, MatrixOptimizer
+
+F32 = np.float32
+
+
+class SOAP(MatrixOptimizer):
+    """SOAP (Vyas et al. 2024): Adam in the eigenbasis of Shampoo's two Kronecker factors, as
+    ``pytorch_optimizer.SOAP`` on 2-D tensors (update rule: :mod:`rlx_gpu.reference.soap`).
+
+    Per step and matrix (m, n), on the GPU: GG_0 += (1 - shampoo_beta)(g g^T - GG_0), GG_1 likewise with g^T g;
+    the grad and exp_avg projected (Q_0^T x Q_1), the second moment kept in the rotated space, the update projected
+    back (Q_0 x Q_1^T): eight float32 GEMMs, batched over the matrices of each shape. On the host, in float64: a
+    tensor's first step ends with the eigendecompositions of its GG_i (no update is made at that step, as in
+    pytorch_optimizer); every ``precondition_frequency``-th step after it ends with one power iteration and QR per
+    side, and the second moment's axes are re-ordered by the new eigenvalue estimates. Those steps download the
+    GG_i and Q_i (and exp_avg_sq), decompose and upload: they wait for the GPU. A checked step (``skip_nonfinite``,
+    GradScaler) is read back right after it is submitted, so the host knows whether to decompose.
+
+    Args:
+        params: dict name -> 2-D float32 array, torch tensors, or a list of param-group dicts (other shapes:
+            ValueError; route them to AdamW with :class:`rlx_gpu.Partition`).
+        lr (3e-3).  betas ((0.95, 0.95)).  shampoo_beta (None: betas[1]).  weight_decay (1e-2, decoupled, by
+        lr).  precondition_frequency (10).  correct_bias (True).  normalize_gradient (False).  eps (1e-8).
+    State (pytorch_optimizer's names): step, exp_avg, exp_avg_sq, GG_0, GG_1, Q_0, Q_1 (its lists GG and Q).
+    """
+    spec = ref.SOAP
+
+    def __init__(self, params, *args, **kwargs):
+        super().__init__(params, *args, **kwargs)
+        dev = self.device
+        self._work, self._slot = {}, {}
+        for (m, n), ts in self._groups.items():
+            B, big = len(ts), max(m, n) ** 2
+            if 4 * B * big > dev.max_storage_binding:
+                raise ValueError(f"SOAP: the {B} tensors of shape {(m, n)} need {4 * B * big} bytes of factors in "
+                                 f"one binding; the adapter binds at most {dev.max_storage_binding}")
+            w = {k: dev.buffer(4 * B * m * n, f"SOAP.{k}{(m, n)}") for k in ("gs", "ms", "ts", "ps")}
+            w.update({k: dev.buffer(4 * B * s * s, f"SOAP.{k}{(m, n)}")
+                      for k, s in (("GG_0", m), ("Q_0", m), ("GG_1", n), ("Q_1", n))})
+            w["tmp"] = dev.buffer(4 * B * big, f"SOAP.tmp{(m, n)}")
+            w["nrm"] = dev.buffer(4 * B, f"SOAP.nrm{(m, n)}")
+            self._work[m, n] = w
+            for slot, t in enumerate(ts):
+                self._slot[t] = slot
+
+    def fill(self, g, t, fresh, sel):
+        return {}, {}
+
+    def _max_dispatches(self) -> int:
+        return 3 * self._pieces_count() + 16 * len(self._names) + 8
+
+    def _k(self, entry):
+        return shipped_kernel(self.device, "soap.wgsl", entry)
+
+    # -- the step --------------------------------------------------------------------------------------------
+    def _encode(self, enc) -> None:
+        """Per shape: runs of consecutive matrices with a grad, the same kind of step (first or later) and the
+        same settings, each run batched."""
+        keep = []
+        gm_word = len(self._names) * self.record.size + self.record.global_word("grad_mul")
+        words = np.zeros((self._mp.size // 4,), np.uint32)
+        jobs = []
+        for shape, ts in self._groups.items():
+            run, key0 = [], None
+            for t in ts + [None]:
+                key = None if t is None or not self._active[t] else self._settings(t)
+                if run and key != key0:
+                    jobs.append((shape, run, key0))
+                    run = []
+                if key is not None:
+                    run.append(t)
+                key0 = key
+        recorded = []
+        for shape, run, setting in jobs:
+            update = setting[0]
+            rows = []
+            for t in run:
+                g = self.param_groups[self._group_of[t]]
+                lr = g["lr"] * self._scale[t]
+                s = min(int(self._steps[t]) + 1, MAX_STEP) - 1  # (this step's s = step - 1, as pytorch_optimizer)
+                ss = ref.step_size(dict(g, lr=lr), s) if update else 0.0
+                b, i = self._where[t]
+                for r, (c, off, ln, toff) in enumerate(b.layout.pieces[i], self._rec[t]):
+                    w = r * REC_BYTES // 4
+                    words[w:w + 6] = [ln, off, self._slot[t] * shape[0] * shape[1] + toff,
+                                      int(update) | 2 * int(setting[2]), gm_word, self._slot[t]]
+                    words[w + 6:w + 11] = np.array([1 - g["betas"][0], 1 - g["betas"][1], g["eps"], -ss,
+                                                    1 - lr * g["weight_decay"]], F32).view(np.uint32)
+                    rows.append((r, b, c, ln))
+            recorded.append((shape, run, setting, rows))
+        self.device.queue.write_buffer(self._mp, 0, words)
+        for shape, run, setting, rows in recorded:
+            self._encode_run(enc, shape, run, setting, rows, keep)
+        self._keep = keep
+
+    def _settings(self, t) -> tuple:
+        g = self.param_groups[self._group_of[t]]
+        first = self._steps[t] == 0  # (settled: a SOAP step is read back before the next one is recorded)
+        return (not first, ref.shampoo_beta_of(g), bool(g["normalize_gradient"]) and not first)
+
+    def _encode_run(self, enc, shape, run, setting, rows, keep) -> None:
+        dev, cache = self.device, self._cache
+        (m, n), w = shape, self._work[shape]
+        update, sb, normalize = setting
+        s0, B, mn = self._slot[run[0]], len(run), m * n
+        kg, kp, ka = self._k("soap_gather"), self._k("soap_precond"), self._k("soap_apply")
+        kl = self._k("soap_lerp")
+
+        def gemm(a, b, c, M, N, K, offs, strides, **kw):
+            linalg.gemm(dev, enc, w[a], w[b], w[c], M, N, K, offsets=offs, strides=strides, batch=B, keep=keep,
+                        cache=cache, **kw)
+
+        def lerp(dst, s, count):
+            prm = linalg._prm(dev, [B * count, s0 * count, 0, linalg._bits(1 - sb)], "soap.lerp", keep, cache)
+            kl.dispatch(enc, kl.cached_bind({"dst": w[dst], "src": w["tmp"], "prm": prm}), -(-B * count // 256))
+
+        for (r, b, c, ln) in rows:
+            kg.dispatch(enc, self._pbind(kg, r, b, c, w), -(-ln // 256))
+        gemm("gs", "gs", "tmp", m, m, n, (s0 * mn, s0 * mn, 0), (mn, mn, m * m), tb=True)  # g g^T
+        lerp("GG_0", m, m * m)
+        gemm("gs", "gs", "tmp", n, n, m, (s0 * mn, s0 * mn, 0), (mn, mn, n * n), ta=True)  # g^T g
+        lerp("GG_1", n, n * n)
+        if not update:
+            return
+        at, q0, q1 = s0 * mn, s0 * m * m, s0 * n * n
+        for src, dst in (("gs", "ps"), ("ms", "ms")):  # Q_0^T x Q_1: the grad into ps, exp_avg in place in ms
+            gemm("Q_0", src, "ts", m, n, m, (q0, at, at), (m * m, mn, mn), ta=True)
+            gemm("ts", "Q_1", dst, m, n, n, (at, q1, at), (mn, n * n, mn))
+        for (r, b, c, ln) in rows:
+            kp.dispatch(enc, self._pbind(kp, r, b, c, w), -(-ln // 256))
+        gemm("Q_0", "ms", "ts", m, n, m, (q0, at, at), (m * m, mn, mn))  # Q_0 x Q_1^T
+        gemm("ts", "Q_1", "ps", m, n, n, (at, q1, at), (mn, n * n, mn), tb=True)
+        if normalize:
+            eps = self.param_groups[self._group_of[run[0]]]["eps"]
+            prm = linalg._prm(dev, [mn, at, B, linalg._bits(eps), s0], "soap.rms", keep, cache)
+            k = self._k("soap_rms")
+            k.dispatch(enc, k.cached_bind({"dst": w["nrm"], "src": w["ps"], "prm": prm}), B)
+        for (r, b, c, ln) in rows:
+            ka.dispatch(enc, self._pbind(ka, r, b, c, w), -(-ln // 256))
+
+    def _pbind(self, k, r, b, c, w):
+        key = ("soap", k.entry, r, id(w["gs"]), id(b.states.get("exp_avg")), id(b.states.get("exp_avg_sq")))
+        if key not in self._binds:
+            self._binds[key] = k.bind({"hyper": self._hyper, "grad": b.grad.buffers[c],
+                                       "ea": b.states["exp_avg"].buffers[c], "ev": b.states["exp_avg_sq"].buffers[c],
+                                       "param": b.param.buffers[c], "gs": w["gs"], "ms": w["ms"], "ps": w["ps"],
+                                       "nrm": w["nrm"], "mp": (self._mp, r * REC_BYTES, REC_BYTES)})
+        return self._binds[key]
+
+    # -- the host's part: decompositions after the steps that need them -----------------------------------------
+    def _after_submit(self) -> None:
+        active = np.flatnonzero(self._active)
+        self._settle()  # (a checked step: was it applied? the next step's records need the settled counts too)
+        if self._last_skipped:
+            return
+        todo = [(t, what) for t in active for what in [ref.needs_host(
+            int(self._steps[t]), self.param_groups[self._group_of[t]]["precondition_frequency"])] if what]
+        for t, what in todo:
+            f = self._factors(t)
+            new = ref.host_work(what, [f["GG_0"], f["GG_1"]], [f["Q_0"], f["Q_1"]])
+            self._put_factors(t, {"Q_0": new[0][0], "Q_1": new[1][0]})
+            if what == "refresh":
+                b, i = self._where[t]
+                ev = b.states["exp_avg_sq"].read_many([i])[0].reshape(self._shapes[self._names[t]])
+                ev = np.take(np.take(ev, new[0][1], axis=0), new[1][1], axis=1)
+                b.states["exp_avg_sq"].write_many([(i, ev)])
+
+    def _factors(self, t) -> dict:
+        """Tensor ``t``'s GG_i and Q_i, downloaded."""
+        shape, slot = self._shapes[self._names[t]], self._slot[t]
+        out = {}
+        for k in self.spec.aux_states:
+            s = self.spec.state_shape(k, shape)
+            size = 4 * s[0] * s[1]
+            out[k] = self.device.read(self._work[shape][k], slot * size, size,
+                                      out=np.empty(s, F32))
+        return out
+
+    def _put_factors(self, t, factors: dict) -> None:
+        shape, slot = self._shapes[self._names[t]], self._slot[t]
+        for k, v in factors.items():
+            v = np.ascontiguousarray(v, F32)
+            self.device.queue.write_buffer(self._work[shape][k], slot * v.nbytes, v)
+
+    # -- state dicts: the factors live in the shape's buffers -------------------------------------------------
+    @locked
+    def state_dict(self) -> dict:
+        sd = super().state_dict()
+        for t, n in enumerate(self._names):
+            if n in sd["state"]:
+                sd["state"][n].update(self._factors(t))
+        return sd
+
+    @locked
+    def load_state_dict(self, sd: dict, cast: bool = False, params: dict | None = None) -> None:
+        super().load_state_dict(sd, cast, params)  # (validates everything first)
+        for t, n in enumerate(self._names):
+            st = sd["state"].get(n, {})
+            shape = self._shapes[n]
+            self._put_factors(t, {k: (np.asarray(st[k], F32) if k in st else
+                                      np.zeros(self.spec.state_shape(k, shape), F32)) for k in self.spec.aux_states})

@@ -1,0 +1,169 @@
+"""SOAP: the twin against pytorch_optimizer.SOAP (4.1.0), the GPU class against the twin (every param and state
+buffer, every step, through preconditioner refreshes), a real task, the step's surroundings, and bad input.
+
+Full-rank gradients: a rank-deficient GG has no unique eigenbasis (the first step's g^T g of a wide matrix has
+rank m < n), so no two implementations agree there. Square matrices are compared from the first step; for the others
+the first step's eigenbasis is shared (loaded from the other side) and everything after it, refreshes included, is
+compared. Q's columns are compared up to sign (eigenvectors and QR fix no sign; it cancels in the update).
+
+Tolerances (float32; the products summed in other orders, the decompositions in float64 here and float32 in the
+oracle; measured over 12 steps with refreshes after steps 4, 7 and 10): params 1e-5 twin vs oracle (measured 3.0e-6
+with normalize_gradient, 1.1e-6 without) and 2e-6 GPU vs twin (measured 7.2e-7); exp_avg 1e-6 (measured 6e-8; GPU vs
+twin exact); exp_avg_sq and GG 1e-4 relative to their largest entry (measured 1.0e-5); Q 1e-4 (measured 6.5e-6: an
+eigenvector's error is rounding over its eigenvalue gap)."""
+import numpy as np
+import pytest
+
+import rlx_gpu
+from rlx_gpu.reference import SOAP as Twin
+from helpers import snapshot
+
+pytestmark = pytest.mark.gpu
+SQUARE = {"a": (16, 16), "b": (16, 16), "c": (24, 24)}
+WIDE = {"w": (12, 20), "t": (24, 8), "s": (10, 10)}
+OPTS = [{}, {"normalize_gradient": True, "weight_decay": 0.1},
+        {"correct_bias": False, "shampoo_beta": 0.9, "betas": (0.9, 0.99)}]
+IDS = ["defaults", "normalize-wd", "no-bias-correction"]
+
+
+def params(shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+
+
+def close_state(a: dict, b: dict, what: str, q_tol=1e-4) -> None:
+    np.testing.assert_allclose(a["exp_avg"], b["exp_avg"], atol=1e-6, err_msg=what)
+    for k in ("exp_avg_sq", "GG_0", "GG_1"):
+        scale = max(1.0, float(np.abs(b[k]).max()))
+        np.testing.assert_allclose(a[k], b[k], atol=1e-4 * scale, err_msg=f"{what} {k}")
+    for k in ("Q_0", "Q_1"):
+        qa, qb = np.asarray(a[k]), np.asarray(b[k])
+        signs = np.sign((qa * qb).sum(axis=0))
+        np.testing.assert_allclose(qa * signs, qb, atol=q_tol, err_msg=f"{what} {k}")
+
+
+def oracle_state(st) -> dict:
+    return {"exp_avg": st["exp_avg"].numpy(), "exp_avg_sq": st["exp_avg_sq"].numpy(), "GG_0": st["GG"][0].numpy(),
+            "GG_1": st["GG"][1].numpy(), "Q_0": st["Q"][0].numpy(), "Q_1": st["Q"][1].numpy()}
+
+
+@pytest.mark.parametrize("opts", OPTS, ids=IDS)
+@pytest.mark.parametrize("shapes", [SQUARE, WIDE], ids=["square", "non-square"])
+def test_twin_equals_pytorch_optimizer(opts, shapes):
+    torch = pytest.importorskip("torch", reason="pytorch_optimizer runs on torch")
+    po = pytest.importorskip("pytorch_optimizer", reason="pytorch_optimizer is the oracle (CI installs it)")
+    p0 = params(shapes)
+    kw = dict(lr=1e-2, precondition_frequency=3, **opts)
+    twin = Twin(p0, **kw)
+    tp = {n: torch.nn.Parameter(torch.tensor(v)) for n, v in p0.items()}
+    oracle = po.SOAP(list(tp.values()), **kw)
+    rng = np.random.default_rng(1)
+    for s in range(12):  # (refreshes after steps 4, 7 and 10)
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
+        for n, t in tp.items():
+            t.grad = torch.tensor(g[n])
+        oracle.step()
+        twin.step(g)
+        if s == 0 and shapes is WIDE:  # the first eigenbasis of a rank-deficient GG: the oracle's
+            for n, t in tp.items():
+                twin.state[n]["Q_0"][...] = oracle.state[t]["Q"][0].numpy()
+                twin.state[n]["Q_1"][...] = oracle.state[t]["Q"][1].numpy()
+        for n, t in tp.items():
+            np.testing.assert_allclose(twin.params[n], t.detach().numpy(), atol=1e-5, err_msg=f"{s} {n}")
+            close_state(twin.state[n], oracle_state(oracle.state[t]), f"{s} {n}")
+
+
+@pytest.mark.parametrize("opts", OPTS, ids=IDS)
+def test_gpu_equals_twin(device, opts):
+    shapes = {**SQUARE, **WIDE}
+    p0 = params(shapes, 2)
+    kw = dict(lr=1e-2, precondition_frequency=3, **opts)
+    gpu, twin = rlx_gpu.SOAP(p0, device=device, **kw), Twin(p0, **kw)
+    rng = np.random.default_rng(3)
+    for s in range(12):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
+        gpu.step(g)
+        twin.step(g)
+        if s == 0:  # (the non-square ones' first eigenbasis shared: the twin's, uploaded)
+            gpu.load_state_dict(twin.state_dict())
+        got, st = gpu.read_params(), gpu.state_dict()["state"]
+        for n in p0:
+            np.testing.assert_allclose(got[n], twin.params[n], atol=2e-6, err_msg=f"{s} {n}")
+            close_state(st[n], twin.state[n], f"{s} {n}")
+            assert st[n]["step"] == twin.state[n]["step"] == s + 1
+
+
+def test_learns_a_least_squares_task(device):
+    """min |X W - Y|^2 over W (64 x 32) from a noiseless teacher: SOAP drives the loss down by 100x in 150 steps."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((256, 64)).astype(np.float32)
+    x[:, :8] *= 10.0  # (badly conditioned inputs: what a preconditioner is for)
+    w_true = rng.standard_normal((64, 32)).astype(np.float32)
+    y = x @ w_true
+    opt = rlx_gpu.SOAP({"w": np.zeros((64, 32), np.float32)}, lr=0.05, weight_decay=0.0, device=device)
+    losses = []
+    for _ in range(150):
+        w = opt.read_params()["w"]
+        r = x @ w - y
+        losses.append(float((r ** 2).mean()))
+        opt.step({"w": (2 * x.T @ r / r.size).astype(np.float32)})
+    assert losses[-1] < losses[0] / 100, (losses[0], losses[-1])
+
+
+def test_around_the_step(device, tmp_path):
+    """An inf grad with skip_nonfinite leaves params and every state buffer (factors and bases included)
+    bit-identical, also at a step that would refresh; clip and lr_scale follow the twin; a checkpoint resumes bit
+    for bit; Partition routes SOAP and AdamW in one submission."""
+    p0 = params(SQUARE, 5)
+    opts = dict(lr=1e-2, precondition_frequency=2, clip_grad_norm=1.0, skip_nonfinite=True)
+    gpu, twin = rlx_gpu.SOAP(p0, device=device, **opts), Twin(p0, **opts)
+    gpu.set_lr_scale({"b": 0.5})
+    twin.set_lr_scale({"b": 0.5})
+    rng = np.random.default_rng(6)
+    for s in range(7):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
+        if s in (0, 3):  # (a first step and a refresh step, skipped)
+            g["a"][0, 0] = np.inf
+            before = snapshot(gpu)
+        gpu.step(g)
+        twin.step(g)
+        if s in (0, 3):
+            assert gpu.last_step_skipped and twin.last_step_skipped
+            assert snapshot(gpu) == before
+        for n in p0:
+            np.testing.assert_allclose(gpu.read_params()[n], twin.params[n], atol=2e-6, err_msg=f"{s} {n}")
+    gpu.save(tmp_path / "ck")
+    other = rlx_gpu.SOAP.load(tmp_path / "ck", device=device)
+    for _ in range(3):  # (the next one refreshes)
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
+        gpu.step(g)
+        other.step(g)
+    assert snapshot(gpu) == snapshot(other)
+
+    both = {**p0, "bias": np.zeros(7, np.float32)}
+    part = rlx_gpu.Partition(both, label=lambda n, s: "soap" if len(s) == 2 else "adamw", device=device,
+                             optimizers={"soap": (rlx_gpu.SOAP, {"lr": 1e-2}), "adamw": (rlx_gpu.AdamW, {})})
+    alone = Twin(p0, lr=1e-2)
+    for _ in range(3):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in both.items()}
+        part.step(g)
+        alone.step({n: g[n] for n in p0})
+    for n in p0:
+        np.testing.assert_allclose(part.read_params()[n], alone.params[n], atol=2e-6)
+
+
+def test_bad_input(device):
+    good = np.ones((4, 4), np.float32)
+    with pytest.raises(ValueError, match=r"'v' has shape \(5,\)"):
+        rlx_gpu.SOAP({"w": good, "v": np.ones(5, np.float32)}, device=device)
+    with pytest.raises(ValueError, match="precondition_frequency"):
+        rlx_gpu.SOAP({"w": good}, precondition_frequency=0, device=device)
+    with pytest.raises(ValueError, match="shampoo_beta"):
+        Twin({"w": good}, shampoo_beta=1.5)
+    with pytest.raises(ValueError, match="float16"):
+        rlx_gpu.SOAP({"w": good.astype(np.float16)}, device=device)
+    opt = rlx_gpu.SOAP({"w": good}, device=device)
+    before = snapshot(opt)
+    with pytest.raises(ValueError):
+        opt.step({"w": np.ones((4, 5), np.float32)})
+    assert snapshot(opt) == before
