@@ -3,7 +3,7 @@
 GPU optimizers: :class:`Adam`, :class:`AdamW`, :class:`SGD`, :class:`RMSprop`, :class:`Adagrad`, :class:`LAMB`,
 :class:`NAdamW`, :class:`RAdam`, :class:`QHAdamW`, :class:`Lion`, :class:`SophiaH`, :class:`Mars`,
 :class:`Adafactor` (float32, float16 or bfloat16 parameters), :class:`SparseAdam` (row-sparse grads,
-:class:`RowSparse`), :class:`Muon` (2-D tensors; matrix algebra in :mod:`rlx_gpu.linalg`), :class:`StiefelSGD` (orthonormal columns), :class:`SOAP` (2-D tensors); :class:`Partition` routes tensors to several of them. NumPy twins with the same API: :mod:`rlx_gpu.reference`.
+:class:`RowSparse`), :class:`Muon` (2-D tensors; matrix algebra in :mod:`rlx_gpu.linalg`), :class:`StiefelSGD` (orthonormal columns), :class:`SOAP` and :class:`Kron` (2-D tensors); :class:`Partition` routes tensors to several of them. NumPy twins with the same API: :mod:`rlx_gpu.reference`.
 Layers, each importing only those below it: ``core`` (pure Python), ``runtime`` (devices, transfers, arenas,
 WGSL sources, pipelines), ``engine`` (the Optimizer surface), ``optim`` (one declaration per optimizer), and the
 add-ons (:mod:`rlx_gpu.clip`, :mod:`rlx_gpu.amp`, :mod:`rlx_gpu.schedules`, :mod:`rlx_gpu.interop`,
@@ -19,12 +19,12 @@ from .interop import from_torch_state_dict, to_torch_state_dict
 from .core.sparse import RowSparse
 from .optim import (LAMB, SGD, Adafactor, Adagrad, Adam, AdamW, Lion, Mars, NAdamW, QHAdamW, RAdam, RMSprop,
                     SophiaH)
-from .optim import SOAP, Muon, SparseAdam, StiefelSGD
+from .optim import SOAP, Kron, Muon, SparseAdam, StiefelSGD
 from .runtime import Device, DeviceLostError, DeviceTensor, NoAdapterError, Program, adapters, get_device
 
 __version__ = "0.2.0"
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars",
-           "Adafactor", "SparseAdam", "Muon", "StiefelSGD", "SOAP", "Partition", "RowSparse", "Optimizer", "DeviceTensor", "clip_grad_norm",
+           "Adafactor", "SparseAdam", "Muon", "StiefelSGD", "SOAP", "Kron", "Partition", "RowSparse", "Optimizer", "DeviceTensor", "clip_grad_norm",
            "global_grad_clip_scale", "l2_norm", "GradScaler", "Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device", "reference", "linalg",
            "to_torch_state_dict", "from_torch_state_dict", "Program"]
 

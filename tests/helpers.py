@@ -49,3 +49,19 @@ def torch_clip(grads: dict, max_norm, norm_type):
         t.grad = t.clone()
     total = torch.nn.utils.clip_grad_norm_(ts, max_norm, norm_type=norm_type, foreach=False)
     return float(total), {n: t.grad.numpy() for n, t in zip(grads, ts)}
+
+
+def partition_with_adamw(cls, twin_cls, p0: dict, device, rng, atol: float, steps: int = 3) -> None:
+    """``cls`` (lr 1e-2) for the matrices and AdamW for a bias in one rlx_gpu.Partition: the matrices follow
+    ``twin_cls`` run alone (within ``atol``)."""
+    import rlx_gpu
+    both = {**p0, "bias": np.zeros(7, np.float32)}
+    part = rlx_gpu.Partition(both, label=lambda n, s: "m" if len(s) == 2 else "adamw", device=device,
+                             optimizers={"m": (cls, {"lr": 1e-2}), "adamw": (rlx_gpu.AdamW, {})})
+    alone = twin_cls(p0, lr=1e-2)
+    for _ in range(steps):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in both.items()}
+        part.step(g)
+        alone.step({n: g[n] for n in p0})
+    for n in p0:
+        np.testing.assert_allclose(part.read_params()[n], alone.params[n], atol=atol, err_msg=n)

@@ -95,7 +95,7 @@ def test_table_covers_every_optimizer():
     names = {row[0].__name__ for row in TABLE}
     every = {n for n in rlx_gpu.__all__ if isinstance(getattr(rlx_gpu, n), type)
              and issubclass(getattr(rlx_gpu, n), rlx_gpu.Optimizer) and n != "Optimizer"}
-    assert names == every - {"SparseAdam", "Muon", "StiefelSGD", "SOAP"}  # (sparse grads only: test_sparse.py; 2-D only:
+    assert names == every - {"SparseAdam", "Muon", "StiefelSGD", "SOAP", "Kron"}  # (sparse grads only: test_sparse.py; 2-D only:
     # test_muon.py; points of the Stiefel manifold only: test_stiefel.py)
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import rlx_gpu
 from rlx_gpu.reference import SOAP as Twin
-from helpers import snapshot
+from helpers import partition_with_adamw, snapshot
 
 pytestmark = pytest.mark.gpu
 SQUARE = {"a": (16, 16), "b": (16, 16), "c": (24, 24)}
@@ -140,17 +140,7 @@ def test_around_the_step(device, tmp_path):
         other.step(g)
     assert snapshot(gpu) == snapshot(other)
 
-    both = {**p0, "bias": np.zeros(7, np.float32)}
-    part = rlx_gpu.Partition(both, label=lambda n, s: "soap" if len(s) == 2 else "adamw", device=device,
-                             optimizers={"soap": (rlx_gpu.SOAP, {"lr": 1e-2}), "adamw": (rlx_gpu.AdamW, {})})
-    alone = Twin(p0, lr=1e-2)
-    for _ in range(3):
-        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in both.items()}
-        part.step(g)
-        alone.step({n: g[n] for n in p0})
-    for n in p0:
-        np.testing.assert_allclose(part.read_params()[n], alone.params[n], atol=2e-6)
-
+    partition_with_adamw(rlx_gpu.SOAP, Twin, p0, device, rng, atol=2e-6)
 
 def test_bad_input(device):
     good = np.ones((4, 4), np.float32)

@@ -3,6 +3,7 @@ and their fill, passes, and a WGSL update function in ``shaders/``."""
 from .adafactor import Adafactor
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .kron import Kron
 from .lamb import LAMB
 from .lion import Lion
 from .muon import Muon
@@ -18,4 +19,4 @@ from .sparse_adam import SparseAdam
 from .stiefel import StiefelSGD
 
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH",
-           "Mars", "Adafactor", "SparseAdam", "Muon", "StiefelSGD", "SOAP"]
+           "Mars", "Adafactor", "SparseAdam", "Muon", "StiefelSGD", "SOAP", "Kron"]

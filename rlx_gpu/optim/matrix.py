@@ -1,9 +1,14 @@
-"""What the optimizers that record their own matrix work (Muon, StiefelSGD) share: float32 params and state, the
-tensors grouped by shape (each shape's matrices batched in work buffers of one binding), and one small record per
-tensor piece (``REC_BYTES`` apart) for their elementwise kernels."""
+"""What the optimizers that record their own matrix work (Muon, StiefelSGD, SOAP, Kron) share: float32 params and
+state, the tensors grouped by shape (each shape's matrices batched in work buffers of one binding), one small record
+per tensor piece (``REC_BYTES`` apart) for their elementwise kernels, and square factors per tensor kept per shape
+(SOAP's and Kron's), in their state dicts."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..engine import Optimizer
+
+F32 = np.float32
 
 REC_BYTES = 256  # one record per tensor piece, at a storage-offset-aligned stride
 
@@ -46,3 +51,73 @@ class MatrixOptimizer(Optimizer):
 
     def _pieces_count(self) -> int:
         return sum(len(b.layout.pieces[i]) for b, i in self._where)
+
+    # -- for the optimizers with square factors per tensor (SOAP, Kron): kept per shape, in ``_work[shape][name]``
+    #: Factor states (name -> 0: rows x rows, 1: columns x columns), matrix after matrix in their shape's buffer.
+    factor_states: dict = {}
+
+    def _factor_buffers(self, extra_mn: tuple, extra_big: tuple = ()) -> None:
+        """``_work[shape]``: the factor buffers, work buffers of B m n floats (``extra_mn``) and of B max(m, n)^2
+        (``extra_big``), each checked against the binding limit; ``_slot[t]``: t's place in its shape's buffers."""
+        name, dev = type(self).__name__, self.device
+        self._work, self._slot = {}, {}
+        for (m, n), ts in self._groups.items():
+            B, big = len(ts), max(m, n) ** 2
+            if 4 * B * big > dev.max_storage_binding:
+                raise ValueError(f"{name}: the {B} tensors of shape {(m, n)} need {4 * B * big} bytes of factors "
+                                 f"in one binding; the adapter binds at most {dev.max_storage_binding}")
+            w = {k: dev.buffer(4 * B * m * n, f"{name}.{k}{(m, n)}") for k in extra_mn}
+            w.update({k: dev.buffer(4 * B * (m, n)[side] ** 2, f"{name}.{k}{(m, n)}")
+                      for k, side in self.factor_states.items()})
+            w.update({k: dev.buffer(4 * B * big, f"{name}.{k}{(m, n)}") for k in extra_big})
+            self._work[m, n] = w
+            self._slot.update({t: slot for slot, t in enumerate(ts)})
+
+    def _runs(self, key) -> list:
+        """Per shape, runs of consecutive tensors with a grad this step and the same ``key(t)`` (batched together):
+        (shape, tensors, key, [] for the pieces' rows)."""
+        runs = []
+        for shape, ts in self._groups.items():
+            run, key0 = [], None
+            for t in ts + [None]:
+                k = None if t is None or not self._active[t] else key(t)
+                if run and k != key0:
+                    runs.append((shape, run, key0, []))
+                    run = []
+                if k is not None:
+                    run.append(t)
+                key0 = k
+        return runs
+
+    def _factors(self, t) -> dict:
+        """Tensor ``t``'s factors, downloaded."""
+        shape, slot = self._shapes[self._names[t]], self._slot[t]
+        out = {}
+        for k, side in self.factor_states.items():
+            s = shape[side]
+            out[k] = self.device.read(self._work[shape][k], 4 * slot * s * s, 4 * s * s, out=np.empty((s, s), F32))
+        return out
+
+    def _put_factors(self, t, factors: dict) -> None:
+        shape, slot = self._shapes[self._names[t]], self._slot[t]
+        for k, v in factors.items():
+            v = np.ascontiguousarray(v, F32)
+            self.device.queue.write_buffer(self._work[shape][k], slot * v.nbytes, v)
+
+    def state_dict(self) -> dict:
+        with self.lock:
+            sd = super().state_dict()
+            if self.factor_states:
+                for t, n in enumerate(self._names):
+                    if n in sd["state"]:
+                        sd["state"][n].update(self._factors(t))
+            return sd
+
+    def load_state_dict(self, sd: dict, cast: bool = False, params: dict | None = None) -> None:
+        with self.lock:
+            super().load_state_dict(sd, cast, params)  # (validates everything first)
+            # (a tensor without state gets zeros; its first step makes its factors)
+            for t, n in enumerate(self._names if self.factor_states else ()):
+                st, shape = sd["state"].get(n, {}), self._shapes[n]
+                self._put_factors(t, {k: (np.asarray(st[k], F32) if k in st else np.zeros((shape[s],) * 2, F32))
+                                      for k, s in self.factor_states.items()})

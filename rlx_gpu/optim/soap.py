@@ -8,7 +8,6 @@ import numpy as np
 
 from .. import linalg
 from ..core.groups import MAX_STEP
-from ..core.sync import locked
 from ..reference import soap as ref
 from ..runtime.kernels import shipped_kernel
 from .matrix import REC_BYTES, MatrixOptimizer
@@ -37,24 +36,13 @@ class SOAP(MatrixOptimizer):
     State (pytorch_optimizer's names): step, exp_avg, exp_avg_sq, GG_0, GG_1, Q_0, Q_1 (its lists GG and Q).
     """
     spec = ref.SOAP
+    factor_states = {"GG_0": 0, "Q_0": 0, "GG_1": 1, "Q_1": 1}
 
     def __init__(self, params, *args, **kwargs):
         super().__init__(params, *args, **kwargs)
-        dev = self.device
-        self._work, self._slot = {}, {}
-        for (m, n), ts in self._groups.items():
-            B, big = len(ts), max(m, n) ** 2
-            if 4 * B * big > dev.max_storage_binding:
-                raise ValueError(f"SOAP: the {B} tensors of shape {(m, n)} need {4 * B * big} bytes of factors in "
-                                 f"one binding; the adapter binds at most {dev.max_storage_binding}")
-            w = {k: dev.buffer(4 * B * m * n, f"SOAP.{k}{(m, n)}") for k in ("gs", "ms", "ts", "ps")}
-            w.update({k: dev.buffer(4 * B * s * s, f"SOAP.{k}{(m, n)}")
-                      for k, s in (("GG_0", m), ("Q_0", m), ("GG_1", n), ("Q_1", n))})
-            w["tmp"] = dev.buffer(4 * B * big, f"SOAP.tmp{(m, n)}")
-            w["nrm"] = dev.buffer(4 * B, f"SOAP.nrm{(m, n)}")
-            self._work[m, n] = w
-            for slot, t in enumerate(ts):
-                self._slot[t] = slot
+        self._factor_buffers(("gs", "ms", "ts", "ps"), ("tmp",))
+        for (m, n), w in self._work.items():
+            w["nrm"] = self.device.buffer(4 * len(self._groups[m, n]), f"SOAP.nrm{(m, n)}")
 
     def fill(self, g, t, fresh, sel):
         return {}, {}
@@ -72,21 +60,9 @@ class SOAP(MatrixOptimizer):
         keep = []
         gm_word = len(self._names) * self.record.size + self.record.global_word("grad_mul")
         words = np.zeros((self._mp.size // 4,), np.uint32)
-        jobs = []
-        for shape, ts in self._groups.items():
-            run, key0 = [], None
-            for t in ts + [None]:
-                key = None if t is None or not self._active[t] else self._settings(t)
-                if run and key != key0:
-                    jobs.append((shape, run, key0))
-                    run = []
-                if key is not None:
-                    run.append(t)
-                key0 = key
-        recorded = []
-        for shape, run, setting in jobs:
+        jobs = self._runs(self._settings)
+        for shape, run, setting, rows in jobs:
             update = setting[0]
-            rows = []
             for t in run:
                 g = self.param_groups[self._group_of[t]]
                 lr = g["lr"] * self._scale[t]
@@ -100,9 +76,8 @@ class SOAP(MatrixOptimizer):
                     words[w + 6:w + 11] = np.array([1 - g["betas"][0], 1 - g["betas"][1], g["eps"], -ss,
                                                     1 - lr * g["weight_decay"]], F32).view(np.uint32)
                     rows.append((r, b, c, ln))
-            recorded.append((shape, run, setting, rows))
         self.device.queue.write_buffer(self._mp, 0, words)
-        for shape, run, setting, rows in recorded:
+        for shape, run, setting, rows in jobs:
             self._encode_run(enc, shape, run, setting, rows, keep)
         self._keep = keep
 
@@ -177,38 +152,3 @@ class SOAP(MatrixOptimizer):
                 ev = b.states["exp_avg_sq"].read_many([i])[0].reshape(self._shapes[self._names[t]])
                 ev = np.take(np.take(ev, new[0][1], axis=0), new[1][1], axis=1)
                 b.states["exp_avg_sq"].write_many([(i, ev)])
-
-    def _factors(self, t) -> dict:
-        """Tensor ``t``'s GG_i and Q_i, downloaded."""
-        shape, slot = self._shapes[self._names[t]], self._slot[t]
-        out = {}
-        for k in self.spec.aux_states:
-            s = self.spec.state_shape(k, shape)
-            size = 4 * s[0] * s[1]
-            out[k] = self.device.read(self._work[shape][k], slot * size, size,
-                                      out=np.empty(s, F32))
-        return out
-
-    def _put_factors(self, t, factors: dict) -> None:
-        shape, slot = self._shapes[self._names[t]], self._slot[t]
-        for k, v in factors.items():
-            v = np.ascontiguousarray(v, F32)
-            self.device.queue.write_buffer(self._work[shape][k], slot * v.nbytes, v)
-
-    # -- state dicts: the factors live in the shape's buffers -------------------------------------------------
-    @locked
-    def state_dict(self) -> dict:
-        sd = super().state_dict()
-        for t, n in enumerate(self._names):
-            if n in sd["state"]:
-                sd["state"][n].update(self._factors(t))
-        return sd
-
-    @locked
-    def load_state_dict(self, sd: dict, cast: bool = False, params: dict | None = None) -> None:
-        super().load_state_dict(sd, cast, params)  # (validates everything first)
-        for t, n in enumerate(self._names):
-            st = sd["state"].get(n, {})
-            shape = self._shapes[n]
-            self._put_factors(t, {k: (np.asarray(st[k], F32) if k in st else
-                                      np.zeros(self.spec.state_shape(k, shape), F32)) for k in self.spec.aux_states})

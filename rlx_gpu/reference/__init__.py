@@ -5,6 +5,7 @@ from .adafactor import Adafactor
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .base import ReferenceOptimizer
+from .kron import Kron
 from .lamb import LAMB
 from .lion import Lion
 from .muon import Muon
@@ -20,4 +21,4 @@ from .sparse_adam import SparseAdam
 from .stiefel import StiefelSGD
 
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars", "Adafactor",
-           "SparseAdam", "Muon", "StiefelSGD", "SOAP", "ReferenceOptimizer"]
+           "SparseAdam", "Muon", "StiefelSGD", "SOAP", "Kron", "ReferenceOptimizer"]

@@ -1,0 +1,221 @@
+// Kron's kernels (rlx_gpu/optim/kron.py); the products between them are rlx_gpu/linalg.py's batched GEMMs. Per
+// shape, the work buffers hold the shape's matrices back to back.
+//   kron_momentum (per tensor piece): g = grad * grad_mul (+ weight_decay p without weight_decouple);
+//       b = b * momentum + (1 - momentum) g;  d = b / (1 - momentum^step) -> ds;  g -> hs (when the update uses g)
+//   kron_apply (per piece): u = ps * scale (+ weight_decay p with weight_decouple);  p = p + (-lr) u
+// mp (one record per piece): [count, offset in the chunk, offset in the work buffers, flags (1: L2 decay, 2: write
+//     g, 4: decoupled decay), grad_mul word, the matrix's slot, momentum, 1 - momentum, 1 - momentum^step,
+//     weight_decay, -lr] (words 6.. are float32 bits).
+
+@group(0) @binding(0) var<storage, read> hyper: array<u32>;
+@group(0) @binding(1) var<storage, read> grad: array<f32>;
+@group(0) @binding(2) var<storage, read_write> buf: array<f32>;
+@group(0) @binding(3) var<storage, read_write> param: array<f32>;
+@group(0) @binding(4) var<storage, read_write> ds: array<f32>;
+@group(0) @binding(5) var<storage, read_write> hs: array<f32>;
+@group(0) @binding(6) var<storage, read> ps: array<f32>;
+@group(0) @binding(7) var<storage, read> sc: array<f32>;
+@group(0) @binding(8) var<storage, read> mp: array<u32>;
+
+fn f(k: u32) -> f32 { return bitcast<f32>(mp[k]); }
+fn index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 { return (wid.x + wid.y * nwg.x) * 256u + lid; }
+
+@compute @workgroup_size(256)
+fn kron_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= mp[0]) { return; }
+    var g = grad[mp[1] + i] * bitcast<f32>(hyper[mp[4]]);
+    if ((mp[3] & 1u) != 0u) { g = g + f(9u) * param[mp[1] + i]; }
+    let b = buf[mp[1] + i] * f(6u) + f(7u) * g;
+    buf[mp[1] + i] = b;
+    ds[mp[2] + i] = b / f(8u);
+    if ((mp[3] & 2u) != 0u) { hs[mp[2] + i] = g; }
+}
+
+@compute @workgroup_size(256)
+fn kron_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= mp[0]) { return; }
+    var u = ps[mp[2] + i] * sc[mp[5]];
+    if ((mp[3] & 4u) != 0u) { u = u + f(9u) * param[mp[1] + i]; }
+    param[mp[1] + i] = param[mp[1] + i] + f(10u) * u;
+}
+
+// Run-level kernels: prm words as each says.
+@group(0) @binding(10) var<storage, read_write> sa: array<f32>;
+@group(0) @binding(11) var<storage, read_write> sb: array<f32>;
+@group(0) @binding(12) var<storage, read> sx: array<f32>;
+@group(0) @binding(13) var<storage, read_write> q: array<f32>;
+@group(0) @binding(14) var<storage, read_write> xv: array<f32>;
+@group(0) @binding(15) var<storage, read_write> vals: array<f32>;
+@group(0) @binding(16) var<storage, read> prm: array<u32>;
+
+// Y = X Q^-1 for upper-triangular Q, a row of X a thread: y_j = (x_j - sum_{i<j} y_i Q_ij) / Q_jj.
+// prm: [rows a matrix, s (row length), batch, X transposed (X[r][j] at j * rows + r), X offset, Q offset,
+//       Y offset, X stride, Q stride, Y stride]; X in sx, Q in q (read), Y in sa.
+@compute @workgroup_size(256)
+fn kron_trsm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let t = index(wid, nwg, lid);
+    let rows = prm[0]; let s = prm[1];
+    if (t >= rows * prm[2]) { return; }
+    let z = t / rows; let r = t % rows;
+    let xb = prm[4] + z * prm[7]; let qb = prm[5] + z * prm[8]; let yb = prm[6] + z * prm[9] + r * s;
+    let tx = prm[3] != 0u;
+    for (var j = 0u; j < s; j++) {
+        var acc = sx[xb + select(r * s + j, j * rows + r, tx)];
+        for (var i = 0u; i < j; i++) { acc = acc - sa[yb + i] * q[qb + i * s + j]; }
+        sa[yb + j] = acc / q[qb + j * s + j];
+    }
+}
+
+// sa = sa - sb (t1 - t2), sb = sa + sb (t1 + t2); prm: [count]
+@compute @workgroup_size(256)
+fn kron_terms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= prm[0]) { return; }
+    let t1 = sa[i]; let t2 = sb[i];
+    sa[i] = t1 - t2;
+    sb[i] = t1 + t2;
+}
+
+// sa = triu(sa * precond_lr) / (vals[slot0 + z] + tiny) for matrix z; prm: [s, count, precond_lr bits, slot0]
+@compute @workgroup_size(256)
+fn kron_tri(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= prm[1]) { return; }
+    let s = prm[0];
+    let e = i % (s * s);
+    var v = sa[i] * bitcast<f32>(prm[2]);
+    if (e % s < e / s) { v = 0.0; }  // (below the diagonal)
+    sa[i] = v / (vals[prm[3] + i / (s * s)] + 1.17549435e-38);
+}
+
+// q[offset + i] -= sb[i]; prm: [count, offset]
+@compute @workgroup_size(256)
+fn kron_sub(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= prm[0]) { return; }
+    q[prm[1] + i] = q[prm[1] + i] - sb[i];
+}
+
+var<workgroup> red: array<f32, 256>;
+var<workgroup> arg: array<u32, 256>;
+
+fn reduce_sum(lid: u32, v: f32) -> f32 {
+    workgroupBarrier();
+    red[lid] = v;
+    for (var w = 128u; w > 0u; w = w / 2u) {
+        workgroupBarrier();
+        if (lid < w) { red[lid] = red[lid] + red[lid + w]; }
+    }
+    workgroupBarrier();
+    return red[0];
+}
+
+fn reduce_max(lid: u32, v: f32) -> f32 {
+    workgroupBarrier();
+    red[lid] = v;
+    for (var w = 128u; w > 0u; w = w / 2u) {
+        workgroupBarrier();
+        if (lid < w) { red[lid] = max(red[lid], red[lid + w]); }
+    }
+    workgroupBarrier();
+    return red[0];
+}
+
+// pytorch_optimizer's norm_lower_bound of the symmetric matrix z of sb (s x s, matrix after matrix from 0), in one
+// workgroup: a = S / max|S|; j = argmax of a's row sums of squares (the first of equals); x = a a_j; x /= |x|;
+// vals[slot0 + z] = max|S| |a^T x|. (S is symmetric: columns are read for rows, so reads are coalesced.)
+// prm: [s, batch, slot0]; xv: s floats a matrix.
+@compute @workgroup_size(256)
+fn kron_nlb(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let z = wid.x + wid.y * nwg.x;
+    if (z >= prm[1]) { return; }  // (uniform for the workgroup)
+    let s = prm[0];
+    let base = z * s * s;
+    let xb = z * s;
+    var m = 0.0;
+    for (var i = lid; i < s * s; i = i + 256u) { m = max(m, abs(sb[base + i])); }
+    let mx = reduce_max(lid, m);
+    let dv = select(1.0, mx, mx > 0.0);
+    // the largest sum of squares of a column (= of a row), its index
+    var best = -1.0; var bj = 0u;
+    for (var j = lid; j < s; j = j + 256u) {
+        var acc = 0.0;
+        for (var i = 0u; i < s; i++) { let a = sb[base + i * s + j] / dv; acc = acc + a * a; }
+        if (acc > best) { best = acc; bj = j; }
+    }
+    workgroupBarrier();
+    red[lid] = best; arg[lid] = bj;
+    for (var w = 128u; w > 0u; w = w / 2u) {
+        workgroupBarrier();
+        if (lid < w) {
+            let o = red[lid + w]; let oj = arg[lid + w];
+            if (o > red[lid] || (o == red[lid] && oj < arg[lid])) { red[lid] = o; arg[lid] = oj; }
+        }
+    }
+    workgroupBarrier();
+    let j = arg[0];
+    // x = a a_j (x_i = sum_k a_ki a_jk), its norm
+    var nn = 0.0;
+    for (var i = lid; i < s; i = i + 256u) {
+        var acc = 0.0;
+        for (var k = 0u; k < s; k++) { acc = acc + (sb[base + k * s + i] / dv) * (sb[base + j * s + k] / dv); }
+        xv[xb + i] = acc;
+        nn = nn + acc * acc;
+    }
+    let xn = max(sqrt(reduce_sum(lid, nn)), 1.17549435e-38);
+    storageBarrier();
+    workgroupBarrier();
+    var yy = 0.0;
+    for (var i = lid; i < s; i = i + 256u) {
+        var acc = 0.0;
+        for (var k = 0u; k < s; k++) { acc = acc + (sb[base + k * s + i] / dv) * (xv[xb + k] / xn); }
+        yy = yy + acc * acc;
+    }
+    let y = sqrt(reduce_sum(lid, yy));
+    if (lid == 0u) { vals[prm[2] + z] = mx * y; }
+}
+
+// vals[slot0 + z] = min(1.1 / (sqrt(mean(P^2)) + 1e-6), 1) for matrix z of sx (count elements each, from offset);
+// prm: [count, offset, batch, slot0]
+@compute @workgroup_size(256)
+fn kron_rms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let z = wid.x + wid.y * nwg.x;
+    if (z >= prm[2]) { return; }
+    let n = prm[0];
+    let base = prm[1] + z * n;
+    var acc = 0.0;
+    for (var i = lid; i < n; i = i + 256u) { let v = sx[base + i]; acc = acc + v * v; }
+    let t = reduce_sum(lid, acc);
+    if (lid == 0u) { vals[prm[3] + z] = min(1.1 / (sqrt(t / f32(n)) + 1e-6), 1.0); }
+}
+
+// Balance matrix z's two factors (Q_0 in q, Q_1 in sa): each *= sqrt(|Q_0|_max |Q_1|_max) / its own |.|_max.
+// prm: [m, n, batch, Q_0 offset, Q_1 offset]
+@compute @workgroup_size(256)
+fn kron_balance(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let z = wid.x + wid.y * nwg.x;
+    if (z >= prm[2]) { return; }
+    let m2 = prm[0] * prm[0]; let n2 = prm[1] * prm[1];
+    let b0 = prm[3] + z * m2; let b1 = prm[4] + z * n2;
+    var a = 0.0;
+    for (var i = lid; i < m2; i = i + 256u) { a = max(a, abs(q[b0 + i])); }
+    let n0 = reduce_max(lid, a);
+    var b = 0.0;
+    for (var i = lid; i < n2; i = i + 256u) { b = max(b, abs(sa[b1 + i])); }
+    let n1 = reduce_max(lid, b);
+    let gm = sqrt(n0 * n1);
+    let f0 = gm / n0; let f1 = gm / n1;
+    for (var i = lid; i < m2; i = i + 256u) { q[b0 + i] = q[b0 + i] * f0; }
+    for (var i = lid; i < n2; i = i + 256u) { sa[b1 + i] = sa[b1 + i] * f1; }
+}

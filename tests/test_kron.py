@@ -1,0 +1,154 @@
+"""Kron (PSGD): the twin against pytorch_optimizer.Kron (4.1.0) with its random calls fed the twin's values (the
+probes for ``torch.randn_like``, the balancing draws for ``np.random.random``; update probability 1.0, where its
+counter and our draws agree), the GPU class against the twin (every param, momentum buffer and factor, every step,
+with update probability 0.5 and balancing), a real task, the step's surroundings, and bad input.
+
+Tolerances (float32; products summed in other orders, the twin's triangular solves in float64, the oracle's in
+float32, its einsum contracted in its own order): params and factors 1e-6, twin vs oracle and GPU vs twin over 12
+steps (every comparison also holds at 4e-7); momentum buffers 1e-7 against the oracle."""
+import numpy as np
+import pytest
+
+import rlx_gpu
+from rlx_gpu.reference import Kron as Twin
+from rlx_gpu.reference.kron import draws
+from helpers import partition_with_adamw, snapshot
+
+pytestmark = pytest.mark.gpu
+SHAPES = {"a": (16, 16), "b": (12, 20), "c": (24, 8)}
+OPTS = [{"weight_decay": 0.1}, {"weight_decay": 0.05, "weight_decouple": False},
+        {"momentum_into_precondition_update": False, "momentum": 0.5}]
+IDS = ["decoupled-wd", "l2-wd", "grad-into-update"]
+
+
+def params(shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+
+
+@pytest.mark.parametrize("opts", OPTS, ids=IDS)
+def test_twin_equals_pytorch_optimizer(opts, monkeypatch):
+    torch = pytest.importorskip("torch", reason="pytorch_optimizer runs on torch")
+    pytest.importorskip("pytorch_optimizer", reason="pytorch_optimizer is the oracle (CI installs it)")
+    from pytorch_optimizer.optimizer import psgd
+    p0 = params(SHAPES)
+    twin = Twin(p0, lr=1e-2, precond_update_prob=1.0, balance_prob=0.5, seed=3, **opts)
+    tp = {n: torch.nn.Parameter(torch.tensor(v)) for n, v in p0.items()}
+    oracle = psgd.Kron(list(tp.values()), lr=1e-2, pre_conditioner_update_probability=1.0, balance_prob=0.5, **opts)
+    probes, balance = [], []
+    monkeypatch.setattr(psgd.torch, "randn_like", lambda t, dtype=None: torch.tensor(probes.pop(0)))
+    monkeypatch.setattr(psgd.np.random, "random", lambda: balance.pop(0))
+    rng = np.random.default_rng(1)
+    balanced = 0
+    for s in range(12):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
+        for n, t in tp.items():
+            t.grad = torch.tensor(g[n])
+        probes[:] = [twin.probe(n, v.shape, s + 1) for n, v in p0.items()]
+        balance[:] = [draws(3, s + 1)[1]]
+        balanced += balance[0] < 0.5
+        oracle.step()
+        twin.step(g)
+        assert not probes and not balance  # (the oracle drew exactly what the twin did)
+        for n, t in tp.items():
+            np.testing.assert_allclose(twin.params[n], t.detach().numpy(), atol=1e-6, err_msg=f"{s} {n}")
+            st = oracle.state[t]
+            np.testing.assert_allclose(twin.state[n]["momentum_buffer"], st["momentum_buffer"].numpy(), atol=1e-7)
+            for i in (0, 1):
+                np.testing.assert_allclose(twin.state[n][f"Q_{i}"], st["Q"][i].numpy(), atol=1e-6, err_msg=f"{s} {n}")
+    assert 2 <= balanced <= 10  # (both branches taken)
+
+
+@pytest.mark.parametrize("opts", OPTS, ids=IDS)
+def test_gpu_equals_twin(device, opts):
+    p0 = params({**SHAPES, "d": (16, 16), "e": (40, 33)}, 2)
+    kw = dict(lr=1e-2, precond_update_prob=0.5, balance_prob=0.3, seed=5, **opts)
+    gpu, twin = rlx_gpu.Kron(p0, device=device, **kw), Twin(p0, **kw)
+    rng = np.random.default_rng(3)
+    for s in range(12):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
+        if s == 4:
+            del g["d"]  # (a tensor without a grad: untouched, its step count behind)
+        gpu.step(g)
+        twin.step(g)
+        got, st = gpu.read_params(), gpu.state_dict()["state"]
+        for n in p0:
+            np.testing.assert_allclose(got[n], twin.params[n], atol=1e-6, err_msg=f"{s} {n}")
+            for k in ("momentum_buffer", "Q_0", "Q_1"):
+                np.testing.assert_allclose(st[n][k], twin.state[n][k], atol=1e-6, err_msg=f"{s} {n} {k}")
+            assert st[n]["step"] == twin.state[n]["step"]
+
+
+def test_learns_a_least_squares_task(device):
+    """min |X W - Y|^2 over W (48 x 24) with badly scaled inputs: the loss falls 100x in 150 steps."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((256, 48)).astype(np.float32)
+    x[:, :6] *= 10.0
+    y = x @ rng.standard_normal((48, 24)).astype(np.float32)
+    opt = rlx_gpu.Kron({"w": np.zeros((48, 24), np.float32)}, lr=0.05, device=device)
+    losses = []
+    for _ in range(150):
+        r = x @ opt.read_params()["w"] - y
+        losses.append(float((r ** 2).mean()))
+        opt.step({"w": (2 * x.T @ r / r.size).astype(np.float32)})
+    assert losses[-1] < losses[0] / 100, (losses[0], losses[-1])
+
+
+def test_around_the_step(device, tmp_path):
+    """An injected probe reaches the twin and the GPU alike; an inf grad leaves everything bit-identical (factors
+    too); clip and lr_scale follow the twin; a checkpoint resumes bit for bit (the draws continue); Partition."""
+    p0 = params(SHAPES, 5)
+    calls = []
+
+    def probe(name, shape, step):
+        calls.append((name, shape, step))
+        return np.full(shape, 0.5, np.float32) + np.arange(np.prod(shape), dtype=np.float32).reshape(shape) * 1e-3
+
+    opts = dict(lr=1e-2, precond_update_prob=0.7, balance_prob=0.5, clip_grad_norm=1.0, skip_nonfinite=True)
+    gpu, twin = rlx_gpu.Kron(p0, device=device, probe=probe, **opts), Twin(p0, probe=probe, **opts)
+    gpu.set_lr_scale({"b": 0.5})
+    twin.set_lr_scale({"b": 0.5})
+    rng = np.random.default_rng(6)
+    for s in range(6):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
+        if s == 3:
+            g["a"][0, 0] = np.inf
+            before = snapshot(gpu)
+        gpu.step(g)
+        twin.step(g)
+        if s == 3:
+            assert gpu.last_step_skipped and twin.last_step_skipped and snapshot(gpu) == before
+        for n in p0:
+            np.testing.assert_allclose(gpu.read_params()[n], twin.params[n], atol=1e-6, err_msg=f"{s} {n}")
+    assert calls and calls[0][:2] == ("a", (16, 16)) and {c[2] for c in calls} <= set(range(1, 6))
+    gpu.save(tmp_path / "ck")
+    other = rlx_gpu.Kron.load(tmp_path / "ck", device=device)
+    other.probe = probe
+    for _ in range(4):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
+        gpu.step(g)
+        other.step(g)
+    assert snapshot(gpu) == snapshot(other)
+
+    partition_with_adamw(rlx_gpu.Kron, Twin, p0, device, rng, atol=1e-6)
+
+def test_bad_input(device):
+    good = np.ones((4, 4), np.float32)
+    with pytest.raises(ValueError, match=r"'v' has shape \(5,\)"):
+        rlx_gpu.Kron({"w": good, "v": np.ones(5, np.float32)}, device=device)
+    with pytest.raises(ValueError, match=r"'r' has shape \(1, 8\)"):
+        rlx_gpu.Kron({"r": np.ones((1, 8), np.float32)}, device=device)
+    with pytest.raises(ValueError, match=r"max_size_triangular=3"):
+        rlx_gpu.Kron({"w": good}, max_size_triangular=3, device=device)
+    with pytest.raises(ValueError, match="precond_update_prob"):
+        rlx_gpu.Kron({"w": good}, precond_update_prob=2.0, device=device)
+    with pytest.raises(ValueError, match="seed"):
+        Twin({"w": good}, seed=-1)
+    with pytest.raises(TypeError, match="probe"):
+        rlx_gpu.Kron({"w": good}, probe=3, device=device)
+    opt = rlx_gpu.Kron({"w": good}, probe=lambda n, s, k: np.ones((4, 5), np.float32), precond_update_prob=1.0,
+                       device=device)
+    before = snapshot(opt)
+    with pytest.raises(ValueError, match=r"probe for 'w' at step 1"):
+        opt.step({"w": good})
+    assert snapshot(opt) == before
