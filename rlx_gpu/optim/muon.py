@@ -18,7 +18,8 @@ class Muon(MatrixOptimizer):
 
     Newton-Schulz (``rlx_gpu.linalg.newton_schulz_orth``): X = u / max(|u|_F, eps) (transposed when rows > cols),
     then ``ns_steps`` times A = X X^T, B = b A + c A A, X = a X + B X. torch runs it in bfloat16 on tensor cores;
-    here it is float32 GEMMs (the float16 path is not built). 2-D float32 tensors only (others: ValueError; route
+    here float32 GEMMs, or with ``ns_dtype="float16"`` float16 ones (packed f16 products, partial sums added in
+    float32; adapters with shader-f16). 2-D float32 tensors only (others: ValueError; route
     them to AdamW). The matrices of one shape are orthogonalised in one batched set of dispatches.
 
     Args:
@@ -26,7 +27,7 @@ class Muon(MatrixOptimizer):
         lr (1e-3).  weight_decay (0.1, decoupled).  momentum (0.95).  nesterov (True).
         ns_coefficients ((3.4445, -4.775, 2.0315)).  eps (1e-7).  ns_steps (5).
         adjust_lr_fn (None = "original": lr * sqrt(max(1, rows / cols)); "match_rms_adamw": lr * 0.2 *
-        sqrt(max(rows, cols))).
+        sqrt(max(rows, cols))).  ns_dtype ("float32" | "float16").
     State (torch's names): step, momentum_buffer.
     """
     spec = ref.Muon
@@ -35,6 +36,11 @@ class Muon(MatrixOptimizer):
         super().__init__(params, *args, **kwargs)  # (the float32 and 2-D checks, the shape groups: .matrix)
         self._scratch = {s: self.device.buffer(4 * len(ts) * s[0] * s[1], f"Muon.scratch{s}")
                          for s, ts in self._groups.items()}
+        self._check_f16()
+
+    def _check_f16(self) -> None:
+        if any(g["ns_dtype"] == "float16" for g in self.param_groups):
+            linalg.f16_device(self.device, "Muon(ns_dtype='float16')")
 
     def fill(self, g, t, fresh, sel):
         return {}, {}
@@ -47,6 +53,7 @@ class Muon(MatrixOptimizer):
     def _encode(self, enc) -> None:
         """Momentum into the shape's scratch, Newton-Schulz batched per shape (and per group's settings), update."""
         dev, keep = self.device, []
+        self._check_f16()  # (a group may have switched to float16 since)
         self._ensure("momentum_buffer")
         gm_word = len(self._names) * self.record.size + self.record.global_word("grad_mul")
         words = np.zeros((self._mp.size // 4,), np.uint32)
@@ -56,9 +63,10 @@ class Muon(MatrixOptimizer):
             by_setting: dict = {}
             for t in active:
                 g = self.param_groups[self._group_of[t]]
-                by_setting.setdefault((g["ns_steps"], tuple(g["ns_coefficients"]), g["eps"]), []).append(t)
+                by_setting.setdefault((g["ns_steps"], tuple(g["ns_coefficients"]), g["eps"], g["ns_dtype"]),
+                                      []).append(t)
             base = 0
-            for (steps, coeffs, eps), members in by_setting.items():
+            for (steps, coeffs, eps, dt), members in by_setting.items():
                 rows = []
                 for slot, t in enumerate(members):
                     g = self.param_groups[self._group_of[t]]
@@ -71,17 +79,17 @@ class Muon(MatrixOptimizer):
                         words[w + 5:w + 9] = np.array([1 - g["momentum"], g["momentum"], 1 - lr * g["weight_decay"],
                                                        -adj], np.float32).view(np.uint32)
                         rows.append((r, b, c, ln))
-                jobs.append((shape, base, len(members), steps, coeffs, eps, rows))
+                jobs.append((shape, base, len(members), steps, coeffs, eps, dt, rows))
                 base += len(members)
         dev.queue.write_buffer(self._mp, 0, words)
         km = shipped_kernel(dev, "muon.wgsl", "muon_momentum")
         ka = shipped_kernel(dev, "muon.wgsl", "muon_apply")
-        for shape, base, count, steps, coeffs, eps, rows in jobs:
+        for shape, base, count, steps, coeffs, eps, dt, rows in jobs:
             scratch = self._scratch[shape]
             for (r, b, c, ln) in rows:
                 km.dispatch(enc, self._mbind(km, r, b, c, scratch), -(-ln // 256))
             linalg.ns_encode(dev, enc, scratch, base * shape[0] * shape[1], count, shape[0], shape[1], steps, coeffs,
-                             eps, keep, self._cache, capacity=len(self._groups[shape]))
+                             eps, keep, self._cache, capacity=len(self._groups[shape]), f16=dt == "float16")
             for (r, b, c, ln) in rows:
                 ka.dispatch(enc, self._mbind(ka, r, b, c, scratch), -(-ln // 256))
         self._keep = keep  # (the parameter buffers of this step's GEMMs, until the next step)

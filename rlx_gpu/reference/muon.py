@@ -5,6 +5,9 @@
         A = X X^T;  B = b_ns A + c_ns A A;  X = a_ns X + B X
     p *= 1 - lr * weight_decay;  p -= adjusted_lr * u, adjusted_lr = lr * sqrt(max(1, rows / cols)) ("original",
     also None) | lr * 0.2 * sqrt(max(rows, cols)) ("match_rms_adamw")
+
+The twin runs Newton-Schulz in float32 whatever ``ns_dtype`` says: it is the spec the float16 path (GPU only) is
+measured against.
 """
 from __future__ import annotations
 
@@ -51,7 +54,8 @@ def adjusted_lr(lr: float, fn, shape) -> float:
 class Muon(ReferenceOptimizer):
     """Muon (Jordan et al. 2024): momentum orthogonalised by Newton-Schulz, as torch.optim.Muon; 2-D tensors only."""
     defaults = dict(lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
-                    ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-7, ns_steps=5, adjust_lr_fn=None)
+                    ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-7, ns_steps=5, adjust_lr_fn=None,
+                    ns_dtype="float32")
     all_state_names = ("momentum_buffer",)
 
     @classmethod
@@ -63,6 +67,8 @@ class Muon(ReferenceOptimizer):
             raise ValueError(f"Muon: ns_steps must be an int in [0, 100), got {group['ns_steps']!r}")
         if len(group["ns_coefficients"]) != 3:
             raise ValueError("Muon: ns_coefficients must be three numbers")
+        if group["ns_dtype"] not in ("float32", "float16"):
+            raise ValueError(f"Muon: ns_dtype must be 'float32' or 'float16', got {group['ns_dtype']!r}")
 
     @classmethod
     def check_shapes(cls, owner: str, shapes: dict) -> None:

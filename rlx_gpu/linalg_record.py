@@ -1,0 +1,173 @@
+"""Recording matrix work into a command encoder or compute pass (what ``rlx_gpu.linalg``'s public functions and the
+matrix optimizers record): the batched GEMMs (``shaders/gemm.wgsl``, ``shaders/gemm16.wgsl``), copies, Frobenius
+scaling, Newton-Schulz in float32 and float16, Cholesky-QR. Buffers and element offsets in, dispatches out."""
+from __future__ import annotations
+
+import numpy as np
+
+from .runtime.kernels import shipped_kernel
+
+TILE = 128  # outputs per workgroup along m and n (shaders/gemm.wgsl, gemm16.wgsl)
+
+
+def _bits(x: float) -> int:
+    return int(np.array(x, np.float32).view(np.uint32))
+
+
+def _prm(dev, words, label, keep, cache):
+    """A parameter buffer holding ``words`` (from ``cache`` when the same words were made before: an optimizer that
+    runs the same GEMMs every step makes them once)."""
+    prm = np.array(words, np.uint32)
+    key = (label, prm.tobytes())
+    if cache is not None and key in cache:
+        return cache[key]
+    buf = dev.buffer(prm.nbytes, label, data=prm)
+    if cache is not None:
+        cache[key] = buf
+    if keep is not None:
+        keep.append(buf)
+    return buf
+
+
+def _bind(k, cache, buffers: dict):
+    """A bind group; kept by the kernel when the caller keeps a ``cache`` (work recorded every step), made afresh
+    otherwise (one-off calls with buffers of their own, which a kept group would hold alive)."""
+    return k.cached_bind(buffers) if cache is not None else k.bind(buffers)
+
+
+def gemm(dev, enc, a, b, c, M, N, K, *, ta=False, tb=False, offsets=(0, 0, 0), strides=None, alpha=1.0, beta=0.0,
+         batch=1, keep=None, cache=None, f16=False) -> None:
+    """Record C = alpha * op(A) @ op(B) + beta * C for ``batch`` matrices (buffers ``a``, ``b``, ``c``; element
+    offsets and batch strides; ``c`` must not be ``a`` or ``b``). ``keep``: a list that holds the parameter buffer
+    until the work is submitted. ``f16``: the buffers hold float16 (``shaders/gemm16.wgsl``: packed f16 products
+    summed 16 at a time, those partial sums added in float32; the caller scales its inputs so that they stay in
+    range)."""
+    strides = strides or (M * K, K * N, M * N)
+    tn, tm = -(-N // TILE), -(-M // TILE)
+    pbuf = _prm(dev, [M, N, K, int(ta), int(tb), *offsets, *strides, _bits(alpha), _bits(beta), tn, tm, batch],
+                "gemm.prm", keep, cache)
+    k = shipped_kernel(dev, "gemm16.wgsl", "gemm16") if f16 else shipped_kernel(dev, "gemm.wgsl", "gemm")
+    k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": c, "prm": pbuf}), tn * tm * batch)
+
+
+def copy_range(dev, enc, src, src_off, dst, dst_off, count, keep=None, cache=None) -> None:
+    """Record a copy of ``count`` float32 elements as a dispatch (so it can sit inside a compute pass)."""
+    pbuf = _prm(dev, [count, src_off, dst_off], "copy.prm", keep, cache)
+    k = shipped_kernel(dev, "gemm.wgsl", "copy_range")
+    k.dispatch(enc, _bind(k, cache, {"A": src, "C": dst, "prm": pbuf}), -(-count // 256))
+
+
+def frob_scale(dev, enc, x, count, offset, stride, eps, batch, keep=None, cache=None) -> None:
+    """Record: each of ``batch`` matrices of ``count`` elements divided by max(its Frobenius norm, eps)."""
+    pbuf = _prm(dev, [count, offset, stride, _bits(eps), batch], "frob.prm", keep, cache)
+    k = shipped_kernel(dev, "gemm.wgsl", "frob_scale")
+    k.dispatch(enc, _bind(k, cache, {"C": x, "prm": pbuf}), batch)
+
+
+def ns_dispatches(ns_steps: int) -> int:
+    return 1 + 5 * ns_steps + 1
+
+
+def ns_encode(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, cache=None, capacity=None,
+              f16=False) -> None:
+    """Record Newton-Schulz on ``batch`` (m, n) matrices at element ``offset`` of buffer ``x``, in place, as
+    dispatches only (``enc``: a command encoder or a :class:`~rlx_gpu.runtime.kernels.ComputePass`):
+    X /= max(|X|, eps); then ns_steps times A = X X^T, B = b A + c A A, X = a X + B X (for m > n on X^T, as
+    X^T X and X B: torch.optim.Muon's _zeropower_via_newtonschulz, in float32). ``cache``: a dict kept by the caller
+    from step to step, so the work buffers (sized for ``capacity`` matrices: the most a caller batches) and the
+    parameter buffers are made once. ``f16``: the iteration in float16 (:func:`ns_encode16`)."""
+    if f16:
+        return ns_encode16(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, cache, capacity)
+    a, b, c = (float(v) for v in coeffs)
+    s = min(m, n)
+    tall = m > n
+    size = batch * m * n
+    cap = max(batch, capacity or batch)
+    work = cache.get(("ns", m, n)) if cache is not None else None
+    if work is None or work[0].size < 4 * batch * s * s:
+        work = (dev.buffer(4 * cap * s * s, "ns.A"), dev.buffer(4 * cap * s * s, "ns.B"), dev.buffer(4 * cap * m * n,
+                                                                                                  "ns.Y"))
+        if cache is not None:
+            cache[("ns", m, n)] = work
+    amat, bmat, y = work
+    keep += list(work)
+    frob_scale(dev, enc, x, m * n, offset, m * n, eps, batch, keep, cache)
+    cur, cur_off, other = x, offset, y
+    for _ in range(ns_steps):
+        # A = X X^T (s x s): wide: (m,n)(n,m); tall: X^T X = (n,m)(m,n)
+        gemm(dev, enc, cur, cur, amat, s, s, m if tall else n, ta=tall, tb=not tall, offsets=(cur_off, cur_off, 0),
+             strides=(m * n, m * n, s * s), batch=batch, keep=keep, cache=cache)
+        copy_range(dev, enc, amat, 0, bmat, 0, batch * s * s, keep, cache)
+        gemm(dev, enc, amat, amat, bmat, s, s, s, alpha=c, beta=b, batch=batch, keep=keep, cache=cache)  # B = cAA + bA
+        o_off = 0 if other is y else offset
+        copy_range(dev, enc, cur, cur_off, other, o_off, size, keep, cache)
+        if tall:  # X = a X + X B   (B symmetric)
+            gemm(dev, enc, cur, bmat, other, m, n, n, offsets=(cur_off, 0, o_off), strides=(m * n, s * s, m * n),
+                 alpha=1.0, beta=a, batch=batch, keep=keep, cache=cache)
+        else:  # X = a X + B X
+            gemm(dev, enc, bmat, cur, other, m, n, m, offsets=(0, cur_off, o_off), strides=(s * s, m * n, m * n),
+                 alpha=1.0, beta=a, batch=batch, keep=keep, cache=cache)
+        cur, cur_off, other = other, o_off, cur
+    if cur is not x:  # (an odd number of steps ended in the scratch buffer)
+        copy_range(dev, enc, cur, 0, x, offset, size, keep, cache)
+
+
+def ns_encode16(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, cache=None, capacity=None) -> None:
+    """:func:`ns_encode` with the iteration in float16 (the float32 matrices in ``x`` converted in and out). Every
+    f16 matrix is kept scaled so that its entries are O(1) and sums of 16 products neither underflow nor
+    overflow: with s = min(m, n) and L = max(m, n), X~ = sqrt(L) X, A~ = sqrt(s) A, B~ = sqrt(s) B (the GEMMs'
+    alpha undo the products' factors), so the spectral norms below ~1.5 that Newton-Schulz keeps bound every
+    partial sum by Cauchy-Schwarz well inside f16's range."""
+    a, b, c = (float(v) for v in coeffs)
+    s, L = min(m, n), max(m, n)
+    tall = m > n
+    cap = max(batch, capacity or batch)
+    work = cache.get(("ns16", m, n)) if cache is not None else None
+    if work is None or work[0].size < 2 * batch * m * n:
+        work = tuple(dev.buffer(4 * (-(-cap * k // 2)), f"ns16.{w}") for w, k in
+                     (("X", m * n), ("Y", m * n), ("A", s * s), ("B", s * s)))
+        if cache is not None:
+            cache[("ns16", m, n)] = work
+    xa, xb, amat, bmat = work
+    keep += list(work)
+    rs, rl = float(np.sqrt(s)), float(np.sqrt(L))
+    kin, kout, kcp = (shipped_kernel(dev, "gemm16.wgsl", e) for e in ("ns16_in", "ns16_out", "copy16"))
+    prm = _prm(dev, [m * n, offset, 0, _bits(eps), batch, _bits(rl)], "ns16.prm", keep, cache)
+    kin.dispatch(enc, _bind(kin, cache, {"X": x, "C": xa, "prm": prm}), batch)
+
+    def copy(src, dst, count):
+        p = _prm(dev, [count, 0, 0], "copy16.prm", keep, cache)
+        kcp.dispatch(enc, _bind(kcp, cache, {"A": src, "C": dst, "prm": p}), -(-count // 256))
+
+    def mm(A, B, C, M, N, K, alpha, beta=0.0, **kw):
+        gemm(dev, enc, A, B, C, M, N, K, alpha=alpha, beta=beta, batch=batch, keep=keep, cache=cache, f16=True,
+             **kw)
+
+    cur, other = xa, xb
+    for _ in range(ns_steps):
+        mm(cur, cur, amat, s, s, L, rs / L, ta=tall, tb=not tall, strides=(m * n, m * n, s * s))  # A~ = X~ X~^T
+        copy(amat, bmat, batch * s * s)
+        mm(amat, amat, bmat, s, s, s, c / rs, b, strides=(s * s, s * s, s * s))  # B~ = b A~ + c A~ A~ / sqrt(s)
+        copy(cur, other, batch * m * n)
+        if tall:  # X~ = a X~ + X~ B~ / sqrt(s)
+            mm(cur, bmat, other, m, n, n, 1.0 / rs, a, strides=(m * n, s * s, m * n))
+        else:
+            mm(bmat, cur, other, m, n, m, 1.0 / rs, a, strides=(s * s, m * n, m * n))
+        cur, other = other, cur
+    prm = _prm(dev, [m * n, offset, 0, 0, batch, _bits(rl)], "ns16.prm", keep, cache)
+    kout.dispatch(enc, _bind(kout, cache, {"X": x, "C": cur, "prm": prm}), batch)
+
+
+def cholesky_qr_encode(dev, enc, y, z, small, n, p, batch, keep, cache=None) -> None:
+    """Record, in place in buffer ``y``, the Q of each of ``batch`` (n, p) matrices (n >= p) with R's diagonal
+    positive: Cholesky-QR twice (G = Y^T Y by GEMM, G's Cholesky factor L in one workgroup per matrix, Q = Y L^-T a
+    row a thread: ``shaders/cholqr.wgsl``). ``z`` (batch*n*p floats) and ``small`` (batch*p*p) are work buffers.
+    float32; accurate while Y is well conditioned (kappa(Y)^2 well below 1/eps, as X + a step on the Stiefel
+    manifold is), the second pass restoring orthogonality to float32 rounding."""
+    prm = _prm(dev, [n, p, batch, 0, 0, 0, 0, 0], "cholqr.prm", keep, cache)
+    kc, kt = shipped_kernel(dev, "cholqr.wgsl", "chol"), shipped_kernel(dev, "cholqr.wgsl", "trsm")
+    for src, dst in ((y, z), (z, y)):
+        gemm(dev, enc, src, src, small, p, p, n, ta=True, strides=(n * p, n * p, p * p), batch=batch, keep=keep,
+             cache=cache)
+        kc.dispatch(enc, _bind(kc, cache, {"small": small, "prm": prm}), batch)
+        kt.dispatch(enc, _bind(kt, cache, {"ya": src, "qa": dst, "small": small, "prm": prm}), -(-batch * n // 256))

@@ -1,0 +1,153 @@
+// Batched GEMM in float16 (rlx_gpu/linalg.py, ns_dtype="float16"): C = alpha * op(A) @ op(B) + beta * C with A, B and
+// C stored as f16, the products summed with packed f16 FMAs (vec4<f16>) over K steps of 16 and each step's partial
+// sums added into float32 accumulators; alpha and beta applied in float32, C rounded to f16 once. The same tiling and
+// prm layout as gemm.wgsl (128 x 128 outputs per workgroup, 8 x 8 per thread); inputs must be scaled so that
+// partial sums of 16 products stay well inside f16's range (Newton-Schulz's scaling: rlx_gpu/linalg.py).
+enable f16;
+
+@group(0) @binding(0) var<storage, read> A: array<f16>;
+@group(0) @binding(1) var<storage, read> B: array<f16>;
+@group(0) @binding(2) var<storage, read_write> C: array<f16>;
+@group(0) @binding(3) var<storage, read> prm: array<u32>;
+
+const TM: u32 = 128u;
+const TK: u32 = 16u;
+var<workgroup> As: array<vec4<f16>, 512>;  // [k][m / 4]
+var<workgroup> Bs: array<vec4<f16>, 512>;  // [k][n / 4]
+
+@compute @workgroup_size(16, 16)
+fn gemm16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_id) lid: vec3<u32>) {
+    let g = wid.x + wid.y * nwg.x;
+    let per = prm[13] * prm[14];
+    if (g >= per * prm[15]) { return; }
+    let li = lid.y * 16u + lid.x;
+    let bt = g / per;
+    let m0 = ((g % per) / prm[13]) * TM;
+    let n0 = ((g % per) % prm[13]) * TM;
+    let M = prm[0]; let N = prm[1]; let K = prm[2];
+    let ta = prm[3] != 0u; let tb = prm[4] != 0u;
+    let abase = prm[5] + bt * prm[8];
+    let bbase = prm[6] + bt * prm[9];
+    var acc: array<vec4<f32>, 16>;
+    for (var k0 = 0u; k0 < K; k0 = k0 + TK) {
+        for (var r = 0u; r < 8u; r++) {
+            let idx = li + r * 256u;
+            let kk = select(idx / TM, idx % TK, !ta);
+            let xx = select(idx % TM, idx / TK, !ta);
+            let m = m0 + xx; let k = k0 + kk;
+            var va = f16(0.0);
+            if (m < M && k < K) { va = A[abase + select(m * K + k, k * M + m, ta)]; }
+            As[kk * 32u + xx / 4u][xx % 4u] = va;
+            let kb = select(idx / TM, idx % TK, tb);
+            let yb = select(idx % TM, idx / TK, tb);
+            let n = n0 + yb; let k2 = k0 + kb;
+            var vb = f16(0.0);
+            if (n < N && k2 < K) { vb = B[bbase + select(k2 * N + n, n * K + k2, tb)]; }
+            Bs[kb * 32u + yb / 4u][yb % 4u] = vb;
+        }
+        workgroupBarrier();
+        var c0a = vec4<f16>(0.0); var c0b = vec4<f16>(0.0);
+        var c1a = vec4<f16>(0.0); var c1b = vec4<f16>(0.0);
+        var c2a = vec4<f16>(0.0); var c2b = vec4<f16>(0.0);
+        var c3a = vec4<f16>(0.0); var c3b = vec4<f16>(0.0);
+        var c4a = vec4<f16>(0.0); var c4b = vec4<f16>(0.0);
+        var c5a = vec4<f16>(0.0); var c5b = vec4<f16>(0.0);
+        var c6a = vec4<f16>(0.0); var c6b = vec4<f16>(0.0);
+        var c7a = vec4<f16>(0.0); var c7b = vec4<f16>(0.0);
+        for (var kk = 0u; kk < TK; kk++) {
+            let a0 = As[kk * 32u + lid.y * 2u];
+            let a1 = As[kk * 32u + lid.y * 2u + 1u];
+            let b0 = Bs[kk * 32u + lid.x];
+            let b1 = Bs[kk * 32u + 16u + lid.x];
+            c0a = fma(vec4<f16>(a0.x), b0, c0a); c0b = fma(vec4<f16>(a0.x), b1, c0b);
+            c1a = fma(vec4<f16>(a0.y), b0, c1a); c1b = fma(vec4<f16>(a0.y), b1, c1b);
+            c2a = fma(vec4<f16>(a0.z), b0, c2a); c2b = fma(vec4<f16>(a0.z), b1, c2b);
+            c3a = fma(vec4<f16>(a0.w), b0, c3a); c3b = fma(vec4<f16>(a0.w), b1, c3b);
+            c4a = fma(vec4<f16>(a1.x), b0, c4a); c4b = fma(vec4<f16>(a1.x), b1, c4b);
+            c5a = fma(vec4<f16>(a1.y), b0, c5a); c5b = fma(vec4<f16>(a1.y), b1, c5b);
+            c6a = fma(vec4<f16>(a1.z), b0, c6a); c6b = fma(vec4<f16>(a1.z), b1, c6b);
+            c7a = fma(vec4<f16>(a1.w), b0, c7a); c7b = fma(vec4<f16>(a1.w), b1, c7b);
+        }
+        acc[0] += vec4<f32>(c0a); acc[1] += vec4<f32>(c0b);
+        acc[2] += vec4<f32>(c1a); acc[3] += vec4<f32>(c1b);
+        acc[4] += vec4<f32>(c2a); acc[5] += vec4<f32>(c2b);
+        acc[6] += vec4<f32>(c3a); acc[7] += vec4<f32>(c3b);
+        acc[8] += vec4<f32>(c4a); acc[9] += vec4<f32>(c4b);
+        acc[10] += vec4<f32>(c5a); acc[11] += vec4<f32>(c5b);
+        acc[12] += vec4<f32>(c6a); acc[13] += vec4<f32>(c6b);
+        acc[14] += vec4<f32>(c7a); acc[15] += vec4<f32>(c7b);
+        workgroupBarrier();
+    }
+    let mr = m0 + lid.y * 8u;
+    let nc = n0 + lid.x * 4u;
+    let base = prm[7] + bt * prm[10];
+    store_row(base, mr + 0u, nc, acc[0]); store_row(base, mr + 0u, nc + 64u, acc[1]);
+    store_row(base, mr + 1u, nc, acc[2]); store_row(base, mr + 1u, nc + 64u, acc[3]);
+    store_row(base, mr + 2u, nc, acc[4]); store_row(base, mr + 2u, nc + 64u, acc[5]);
+    store_row(base, mr + 3u, nc, acc[6]); store_row(base, mr + 3u, nc + 64u, acc[7]);
+    store_row(base, mr + 4u, nc, acc[8]); store_row(base, mr + 4u, nc + 64u, acc[9]);
+    store_row(base, mr + 5u, nc, acc[10]); store_row(base, mr + 5u, nc + 64u, acc[11]);
+    store_row(base, mr + 6u, nc, acc[12]); store_row(base, mr + 6u, nc + 64u, acc[13]);
+    store_row(base, mr + 7u, nc, acc[14]); store_row(base, mr + 7u, nc + 64u, acc[15]);
+}
+
+fn store_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
+    let M = prm[0]; let N = prm[1];
+    let alpha = bitcast<f32>(prm[11]);
+    let beta = bitcast<f32>(prm[12]);
+    if (m >= M) { return; }
+    for (var j = 0u; j < 4u; j++) {
+        if (n + j < N) {
+            let o = base + m * N + n + j;
+            var x = alpha * v[j];
+            if (beta != 0.0) { x = x + beta * f32(C[o]); }
+            C[o] = f16(x);
+        }
+    }
+}
+
+// Newton-Schulz's way in and out of f16 (rlx_gpu/linalg.py), one workgroup per matrix z of `count` elements:
+//   ns16_in:  C[offset C + z count + i] = f16(X[offset X + z count + i] / max(|X_z|_F, eps) * scale)
+//   ns16_out: X[offset X + z count + i] = f32(C[offset C + z count + i]) / scale
+// prm: [count, offset X, offset C, eps bits, batch, scale bits]; X: the float32 matrices.
+@group(0) @binding(4) var<storage, read_write> X: array<f32>;
+var<workgroup> red: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn ns16_in(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let z = wid.x + wid.y * nwg.x;
+    if (z >= prm[4]) { return; }
+    let n = prm[0];
+    let xb = prm[1] + z * n; let cb = prm[2] + z * n;
+    var s = 0.0;
+    for (var i = lid; i < n; i = i + 256u) { let v = X[xb + i]; s = s + v * v; }
+    red[lid] = s;
+    for (var w = 128u; w > 0u; w = w / 2u) {
+        workgroupBarrier();
+        if (lid < w) { red[lid] = red[lid] + red[lid + w]; }
+    }
+    workgroupBarrier();
+    let f = bitcast<f32>(prm[5]) / max(sqrt(red[0]), bitcast<f32>(prm[3]));
+    for (var i = lid; i < n; i = i + 256u) { C[cb + i] = f16(X[xb + i] * f); }
+}
+
+@compute @workgroup_size(256)
+fn ns16_out(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let z = wid.x + wid.y * nwg.x;
+    if (z >= prm[4]) { return; }
+    let n = prm[0];
+    let xb = prm[1] + z * n; let cb = prm[2] + z * n;
+    let s = bitcast<f32>(prm[5]);
+    for (var i = lid; i < n; i = i + 256u) { X[xb + i] = f32(C[cb + i]) / s; }
+}
+
+// C[offset C + i] = A[offset A + i] (f16), prm: [count, offset A, offset C]
+@compute @workgroup_size(256)
+fn copy16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+    if (i < prm[0]) { C[prm[2] + i] = A[prm[1] + i]; }
+}
