@@ -1,6 +1,7 @@
-"""Muon and the GEMM on the GPU against torch on the same card (matrix-optimizer issue): the float32 GEMM at
-4096^2 (TFLOP/s) beside torch's float32 matmul without TF32, and a Muon step on GPT-2 124M's 48 hidden matrices
-beside torch.optim.Muon (bfloat16 Newton-Schulz on tensor cores). GPU timestamps; alternating rounds.
+"""Muon and the GEMM on the GPU against torch on the same card (matrix-optimizer issue): the float32 and float16 GEMMs
+at 4096^2 (TFLOP/s) beside torch's float32 matmul without TF32, and a Muon step (float32 and float16 Newton-Schulz)
+on GPT-2 124M's 48 hidden matrices beside torch.optim.Muon (bfloat16 Newton-Schulz on tensor cores). GPU
+timestamps; alternating rounds.
 
     python benchmarks/muon_bench.py [--n 4096] [--rounds 3] [--json out.json]
 """
@@ -22,18 +23,29 @@ def main():
     b = dev.buffer(4 * n * n, "b", data=np.random.default_rng(1).standard_normal(n * n).astype(np.float32))
     c = dev.buffer(4 * n * n, "c")
 
-    def gemm():
+    h = [dev.buffer(2 * n * n, f"h{i}", data=np.random.default_rng(i).standard_normal(n * n).astype(np.float16))
+         for i in range(2)] + [dev.buffer(2 * n * n, "h2")]
+
+    def gemm(f16=False):
         enc, keep = dev.device.create_command_encoder(), []
-        linalg.gemm(dev, enc, a, b, c, n, n, n, keep=keep)
+        if f16:
+            linalg.gemm(dev, enc, h[0], h[1], h[2], n, n, n, keep=keep, f16=True)
+        else:
+            linalg.gemm(dev, enc, a, b, c, n, n, n, keep=keep)
         dev.submit(enc)
     rng = np.random.default_rng(2)
     params = {f"w{i}": (rng.standard_normal((r // args.div, c // args.div)) * 0.02).astype(np.float32)
               for i, (r, c) in enumerate(HIDDEN)}
     opt = rlx_gpu.Muon(params, lr=0.02, device=dev)
+    opt16 = rlx_gpu.Muon(params, lr=0.02, device=dev, ns_dtype="float16")
     for k, v in params.items():
-        opt.grads[k].write((rng.standard_normal(v.shape) * 1e-3).astype(np.float32))
+        g = (rng.standard_normal(v.shape) * 1e-3).astype(np.float32)
+        opt.grads[k].write(g)
+        opt16.grads[k].write(g)
     figures = {"gemm_ms": lambda: timer.calibrated(gemm, 3, probe=1)[0] * 1e3,
-               "muon_ms": lambda: timer.calibrated(opt.step, 3, probe=1)[0] * 1e3}
+               "gemm16_ms": lambda: timer.calibrated(lambda: gemm(True), 3, probe=1)[0] * 1e3,
+               "muon_ms": lambda: timer.calibrated(opt.step, 3, probe=1)[0] * 1e3,
+               "muon16_ms": lambda: timer.calibrated(opt16.step, 3, probe=1)[0] * 1e3}
     if torch is not None:
         torch.backends.cuda.matmul.allow_tf32 = False
         ta, tb = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
@@ -46,11 +58,12 @@ def main():
     med, got = alternating(figures, args.rounds)
     flop = 2 * n ** 3
     out = {"adapter": dev.name, "n": n, "figures": med, "all": got,
-           "gemm_tflops": flop / med["gemm_ms"] / 1e9}
+           "gemm_tflops": flop / med["gemm_ms"] / 1e9, "gemm16_tflops": flop / med["gemm16_ms"] / 1e9}
     if "torch_gemm_ms" in med:
         out["torch_gemm_tflops"] = flop / med["torch_gemm_ms"] / 1e9
         out["gemm_vs_torch"] = med["torch_gemm_ms"] / med["gemm_ms"]
         out["muon_vs_torch"] = med["torch_muon_ms"] / med["muon_ms"]
+        out["muon16_vs_torch"] = med["torch_muon_ms"] / med["muon16_ms"]
     report(out, args.json)
 
 

@@ -54,3 +54,21 @@ def test_no_adapter_is_one_line_and_exit_2():
     r = subprocess.run([sys.executable, "-m", "rlx_gpu", "bench", "--device", "no-such-adapter"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "no adapter matches" in r.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("script,args,keys", [
+    ("muon_bench.py", ["--n", "128", "--div", "32"], {"gemm_tflops", "gemm16_tflops"}),
+    ("precond_bench.py", ["--div", "32", "--steps", "2"], {"steps_per_window"}),
+    ("stiefel_bench.py", ["--div", "32"], {"matrices"})])
+def test_matrix_benches_run_small(script, args, keys, tmp_path):
+    """The matrix-optimizer benches at 1/32 of GPT-2's matrices, one round: they run and report their figures (on
+    the H200 they also time torch and pytorch_optimizer beside them; here there is no CUDA torch)."""
+    from pathlib import Path
+    out = tmp_path / "m.json"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / script
+    r = subprocess.run([sys.executable, str(path), *args, "--rounds", "1", "--json", str(out)], capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert keys <= set(rep) and rep["figures"] and all(v > 0 for v in rep["figures"].values())
