@@ -43,6 +43,28 @@ fn kron_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     param[mp[1] + i] = param[mp[1] + i] + f(10u) * u;
 }
 
+// The default probe (rlx_gpu/reference/kron.py device_probe): element e of a tensor (e = the piece's offset in its
+// tensor + i) gets z = sqrt(-2 ln u1) cos(2 pi u2), u1 = (hash(key ^ hash(2e)) >> 8 + 1) 2^-24, u2 = (hash(key ^
+// hash(2e + 1)) >> 8) 2^-24, into vs. mp words 11, 12: the tensor's key (seed, step, name), the piece's offset.
+@group(0) @binding(9) var<storage, read_write> vs: array<f32>;
+
+fn mix32(x: u32) -> u32 {  // (lowbias32)
+    var h = x;
+    h = h ^ (h >> 16u); h = h * 0x7feb352du; h = h ^ (h >> 15u); h = h * 0x846ca68bu; h = h ^ (h >> 16u);
+    return h;
+}
+
+@compute @workgroup_size(256)
+fn kron_probe(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= mp[0]) { return; }
+    let e = mp[12] + i;
+    let u1 = (f32(mix32(mp[11] ^ mix32(2u * e)) >> 8u) + 1.0) * 5.9604645e-8;
+    let u2 = f32(mix32(mp[11] ^ mix32(2u * e + 1u)) >> 8u) * 5.9604645e-8;
+    vs[mp[2] + i] = sqrt(-2.0 * log(u1)) * cos(6.2831855 * u2);
+}
+
 // Run-level kernels: prm words as each says.
 @group(0) @binding(10) var<storage, read_write> sa: array<f32>;
 @group(0) @binding(11) var<storage, read_write> sb: array<f32>;
@@ -52,22 +74,35 @@ fn kron_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 @group(0) @binding(15) var<storage, read_write> vals: array<f32>;
 @group(0) @binding(16) var<storage, read> prm: array<u32>;
 
-// Y = X Q^-1 for upper-triangular Q, a row of X a thread: y_j = (x_j - sum_{i<j} y_i Q_ij) / Q_jj.
+// Y = X Q^-1 for upper-triangular Q, a row of X a workgroup: Y's row starts as X's, then for j = 0, 1, ...:
+// y_j /= Q_jj (its owner thread), and every later y_k -= y_j Q_jk (the threads over k; row j of Q read coalesced).
+// Each y_k sees the same operations in the same order as y_j = (x_j - sum_{i<j} y_i Q_ij) / Q_jj.
 // prm: [rows a matrix, s (row length), batch, X transposed (X[r][j] at j * rows + r), X offset, Q offset,
 //       Y offset, X stride, Q stride, Y stride]; X in sx, Q in q (read), Y in sa.
+var<workgroup> yj: f32;
+
 @compute @workgroup_size(256)
 fn kron_trsm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-    let t = index(wid, nwg, lid);
+    let t = wid.x + wid.y * nwg.x;
     let rows = prm[0]; let s = prm[1];
-    if (t >= rows * prm[2]) { return; }
+    if (t >= rows * prm[2]) { return; }  // (uniform for the workgroup)
     let z = t / rows; let r = t % rows;
     let xb = prm[4] + z * prm[7]; let qb = prm[5] + z * prm[8]; let yb = prm[6] + z * prm[9] + r * s;
     let tx = prm[3] != 0u;
+    for (var k = lid; k < s; k = k + 256u) { sa[yb + k] = sx[xb + select(r * s + k, k * rows + r, tx)]; }
     for (var j = 0u; j < s; j++) {
-        var acc = sx[xb + select(r * s + j, j * rows + r, tx)];
-        for (var i = 0u; i < j; i++) { acc = acc - sa[yb + i] * q[qb + i * s + j]; }
-        sa[yb + j] = acc / q[qb + j * s + j];
+        if (lid == j % 256u) {
+            let v = sa[yb + j] / q[qb + j * s + j];
+            sa[yb + j] = v;
+            yj = v;
+        }
+        workgroupBarrier();
+        let y = yj;
+        for (var k = lid; k < s; k = k + 256u) {
+            if (k > j) { sa[yb + k] = sa[yb + k] - y * q[qb + j * s + k]; }
+        }
+        workgroupBarrier();
     }
 }
 

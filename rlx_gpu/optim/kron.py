@@ -23,12 +23,12 @@ class Kron(MatrixOptimizer):
     A = Q_0 h Q_1^T, B = Q_0^-T V Q_1^-1 (V: the probe), and each factor moves by
     triu(precond_lr (t1 - t2)) / norm_lower_bound(t1 + t2) Q_i with (t1, t2) = (A A^T, B B^T) or (A^T A, B^T B);
     then P = Q_0^T Q_0 d Q_1^T Q_1, its RMS capped at 1.1, p += -lr P. The GEMMs are batched over each shape's
-    matrices; the triangular solves (a row a thread), the norm lower bounds (a workgroup a matrix) and balancing
+    matrices; the triangular solves (a row a workgroup), the norm lower bounds (a workgroup a matrix) and balancing
     are kernels of ``shaders/kron.wgsl``.
 
-    Randomness (see :mod:`rlx_gpu.reference.kron`): ``probe(name, shape, step)`` supplies V (default: a seeded
-    NumPy generator, generated on the host and uploaded each update step), and the update and balancing draws
-    come from ``seed``; the twin with the same ``probe``/``seed`` draws the same values. A checked step is read
+    Randomness (see :mod:`rlx_gpu.reference.kron`): ``probe(name, shape, step)`` supplies V (default: the
+    counter-based generator of ``seed``, made on the device by ``kron_probe``; a probe of the caller's is called on
+    the host and uploaded each update step), and the update and balancing draws come from ``seed``; the twin with the same ``probe``/``seed`` draws the same values. A checked step is read
     back right after submission (the next step's draws depend on whether it was taken).
 
     Args:
@@ -47,7 +47,7 @@ class Kron(MatrixOptimizer):
         ref.check_randomness(type(self).__name__, probe, seed)
         super().__init__(params, *args, **kwargs)
         #: The probe source and the draws' seed (as the twin's).
-        self.probe, self.seed = probe or ref.seeded_probe(seed), seed
+        self.probe, self.seed = probe or ref.device_probe(seed), seed
         self._factor_buffers(("ds", "hs", "vs", "as", "bs", "ts"), ("Sa", "Sb"))
         for (m, n), w in self._work.items():
             B = len(self._groups[m, n])
@@ -80,9 +80,11 @@ class Kron(MatrixOptimizer):
             for t in run:
                 g = self.param_groups[self._group_of[t]]
                 self._first_step(t, g)
-                if update:
+                on_device = getattr(self.probe, "device_seed", None)
+                if update and on_device is None:  # (a probe of the caller's: made on the host, uploaded)
                     v = ref.probe_of(self.probe, self._names[t], shape, k + 1)
                     self.device.queue.write_buffer(w["vs"], 4 * self._slot[t] * v.size, np.ascontiguousarray(v))
+                key = ref.probe_key(on_device, k + 1, self._names[t]) if on_device is not None else 0
                 step = min(int(self._steps[t]) + 1, 2 ** 31)
                 wd, lr = g["weight_decay"], g["lr"] * self._scale[t]
                 flags = (1 if wd and not g["weight_decouple"] else 0) | (0 if into else 2) | \
@@ -94,6 +96,7 @@ class Kron(MatrixOptimizer):
                                       self._slot[t]]
                     words[o + 6:o + 11] = np.array([g["momentum"], 1 - g["momentum"], 1 - g["momentum"] ** step, wd,
                                                     -lr], F32).view(np.uint32)
+                    words[o + 11:o + 13] = [key, toff]
                     rows.append((r, b, c, ln))
         self.device.queue.write_buffer(self._mp, 0, words)
         for shape, run, setting, rows in runs:
@@ -127,9 +130,11 @@ class Kron(MatrixOptimizer):
             prm = linalg._prm(dev, [int(x) for x in words], f"kron.{entry}", keep, cache)
             k.dispatch(enc, k.cached_bind({**{b: w[v] for b, v in bufs.items()}, "prm": prm}), groups)
 
-        kmom, kapp = self._k("kron_momentum"), self._k("kron_apply")
+        kmom, kapp, kpr = self._k("kron_momentum"), self._k("kron_apply"), self._k("kron_probe")
         for (r, b, c, ln) in rows:
             kmom.dispatch(enc, self._pbind(kmom, r, b, c, w), -(-ln // 256))
+            if update and getattr(self.probe, "device_seed", None) is not None:
+                kpr.dispatch(enc, self._pbind(kpr, r, b, c, w), -(-ln // 256))
         if bal:
             run_k("kron_balance", B, [m, n, B, q0, q1], q="Q_0", sa="Q_1")
         if update:
@@ -137,8 +142,8 @@ class Kron(MatrixOptimizer):
             gemm("Q_0", h, "ts", m, n, m, (q0, at, at), (m * m, mn, mn))  # A = Q_0 h Q_1^T
             gemm("ts", "Q_1", "as", m, n, n, (at, q1, at), (mn, n * n, mn), tb=True)
             # B = Q_0^-T V Q_1^-1: W = V^T Q_0^-1 (n x m, into ts), then W^T Q_1^-1 (into bs)
-            run_k("kron_trsm", -(-B * n // 256), [n, m, B, 1, at, q0, at, mn, m * m, mn], sx="vs", q="Q_0", sa="ts")
-            run_k("kron_trsm", -(-B * m // 256), [m, n, B, 1, at, q1, at, mn, n * n, mn], sx="ts", q="Q_1", sa="bs")
+            run_k("kron_trsm", B * n, [n, m, B, 1, at, q0, at, mn, m * m, mn], sx="vs", q="Q_0", sa="ts")
+            run_k("kron_trsm", B * m, [m, n, B, 1, at, q1, at, mn, n * n, mn], sx="ts", q="Q_1", sa="bs")
             for side, s, qoff in (("Q_0", m, q0), ("Q_1", n, q1)):
                 ss, other = s * s, mn // s
                 kw = dict(tb=True) if side == "Q_0" else dict(ta=True)
@@ -163,7 +168,7 @@ class Kron(MatrixOptimizer):
         if key not in self._binds:
             self._binds[key] = k.bind({"hyper": self._hyper, "grad": b.grad.buffers[c],
                                        "buf": b.states["momentum_buffer"].buffers[c], "param": b.param.buffers[c],
-                                       "ds": w["ds"], "hs": w["hs"], "ps": w["as"], "sc": w["scale"],
+                                       "ds": w["ds"], "hs": w["hs"], "ps": w["as"], "sc": w["scale"], "vs": w["vs"],
                                        "mp": (self._mp, r * REC_BYTES, REC_BYTES)})
         return self._binds[key]
 

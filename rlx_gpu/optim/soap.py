@@ -4,7 +4,11 @@ pass; the eigendecompositions (a tensor's first step) and the power-iteration re
 ``precondition_frequency``-th step) on the host in float64, right after the step that needs them."""
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .. import linalg
 from ..core.groups import MAX_STEP
@@ -143,12 +147,22 @@ class SOAP(MatrixOptimizer):
             return
         todo = [(t, what) for t in active for what in [ref.needs_host(
             int(self._steps[t]), self.param_groups[self._group_of[t]]["precondition_frequency"])] if what]
+        if not todo:
+            return
+        facts = {t: self._factors(t) for t, _ in todo}
+        jobs = [(t, i, what) for t, what in todo for i in (0, 1)]
+
+        def side(job):
+            t, i, what = job
+            return ref.host_work(what, [facts[t][f"GG_{i}"]], [facts[t][f"Q_{i}"]])[0]
+        # every side of every tensor decomposed in parallel (LAPACK releases the GIL), BLAS held to one thread in
+        # each: nested BLAS threads thrash (six workers over a two-thread BLAS were 7x slower than one at a time)
+        with threadpool_limits(1), ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as ex:
+            new = dict(zip([(t, i) for t, i, _ in jobs], ex.map(side, jobs)))
         for t, what in todo:
-            f = self._factors(t)
-            new = ref.host_work(what, [f["GG_0"], f["GG_1"]], [f["Q_0"], f["Q_1"]])
-            self._put_factors(t, {"Q_0": new[0][0], "Q_1": new[1][0]})
+            self._put_factors(t, {"Q_0": new[t, 0][0], "Q_1": new[t, 1][0]})
             if what == "refresh":
                 b, i = self._where[t]
                 ev = b.states["exp_avg_sq"].read_many([i])[0].reshape(self._shapes[self._names[t]])
-                ev = np.take(np.take(ev, new[0][1], axis=0), new[1][1], axis=1)
+                ev = np.take(np.take(ev, new[t, 0][1], axis=0), new[t, 1][1], axis=1)
                 b.states["exp_avg_sq"].write_many([(i, ev)])

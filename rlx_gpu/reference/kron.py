@@ -14,8 +14,9 @@
         P = Q_0^T Q_0 d Q_1^T Q_1;  P *= min(1.1 / (sqrt(mean(P^2)) + 1e-6), 1)
         P += weight_decay p (weight_decouple only);  p += -lr P
 
-Randomness, all from one source: ``probe(name, shape, step)`` gives V (default: a float32 standard normal from
-``numpy.random.default_rng([seed, step, crc32(name)])``), and the two uniforms of step k+1 come from
+Randomness, all from one source: ``probe(name, shape, step)`` gives V (default: :func:`device_probe`, standard
+normals by Box-Muller from a counter-based hash of (seed, step, crc32(name), element), which the GPU class makes on
+the device), and the two uniforms of step k+1 come from
 ``default_rng([seed, k + 1])``, k being the largest step count of the tensors (the optimizer's step; kept in the
 state, so a checkpoint resumes the same draws), so a skipped step draws nothing and the twin, the GPU class and an oracle fed the
 same values agree step for step. pytorch_optimizer decides ``update`` by a counter (every 1/prob steps) and draws
@@ -48,9 +49,33 @@ def draws(seed: int, step: int) -> tuple:
     return float(u[0]), float(u[1])
 
 
-def seeded_probe(seed: int):
+def mix32(x):
+    """lowbias32 on uint32 (scalars or arrays), as shaders/kron.wgsl's mix32."""
+    h = np.asarray(x, np.uint32)
+    with np.errstate(over="ignore"):
+        h = h ^ (h >> np.uint32(16))
+        h = h * np.uint32(0x7FEB352D)
+        h = h ^ (h >> np.uint32(15))
+        h = h * np.uint32(0x846CA68B)
+        return h ^ (h >> np.uint32(16))
+
+
+def probe_key(seed: int, step: int, name: str) -> int:
+    return int(mix32(np.uint32(seed & 0xFFFFFFFF) ^ mix32(np.uint32(step & 0xFFFFFFFF) ^
+                                                          mix32(np.uint32(zlib.crc32(name.encode()))))))
+
+
+def device_probe(seed: int):
+    """The default probe, the one the GPU class makes on the device (shaders/kron.wgsl kron_probe): Box-Muller on
+    two counter-based uniforms per element, in float32 (the device's log and cos may differ from NumPy's in the
+    last bits)."""
     def probe(name: str, shape: tuple, step: int) -> np.ndarray:
-        return np.random.default_rng([seed, step, zlib.crc32(name.encode())]).standard_normal(shape, F32)
+        key = np.uint32(probe_key(seed, step, name))
+        e = np.arange(int(np.prod(shape)), dtype=np.uint32)
+        u1 = ((mix32(key ^ mix32(e * np.uint32(2))) >> np.uint32(8)).astype(F32) + F32(1)) * F32(2 ** -24)
+        u2 = (mix32(key ^ mix32(e * np.uint32(2) + np.uint32(1))) >> np.uint32(8)).astype(F32) * F32(2 ** -24)
+        return (np.sqrt(F32(-2) * np.log(u1)) * np.cos(F32(6.2831855) * u2)).reshape(shape)
+    probe.device_seed = seed  # (the GPU class makes these on the device)
     return probe
 
 
@@ -140,7 +165,7 @@ class Kron(ReferenceOptimizer):
             if p.dtype != F32:
                 raise ValueError(f"Kron: {n!r} is {p.dtype}; Kron keeps float32 params")
         #: The probe source: a callable (name, shape, step) -> float32 array of that shape; and the seed of the draws.
-        self.probe, self.seed = probe or seeded_probe(seed), seed
+        self.probe, self.seed = probe or device_probe(seed), seed
 
     def _new_state(self, s, shape, group):
         if s in SIDES:  # (scale^(1/2) I: the init scale spread over the two factors)
