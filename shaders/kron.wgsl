@@ -164,28 +164,61 @@ fn reduce_max(lid: u32, v: f32) -> f32 {
     return red[0];
 }
 
-// pytorch_optimizer's norm_lower_bound of the symmetric matrix z of sb (s x s, matrix after matrix from 0), in one
-// workgroup: a = S / max|S|; j = argmax of a's row sums of squares (the first of equals); x = a a_j; x /= |x|;
-// vals[slot0 + z] = max|S| |a^T x|. (S is symmetric: columns are read for rows, so reads are coalesced.)
-// prm: [s, batch, slot0]; xv: s floats a matrix.
+// pytorch_optimizer's norm_lower_bound of each symmetric s x s matrix z of sb (from 0), in passes: a = S / max|S|;
+// j = argmax of a's column sums of squares (= row sums; the first of equals); x = a a_j; x /= max(|x|, tiny);
+// bound = max|S| |a^T x|. S is symmetric, so columns are read for rows: threads over columns read coalesced.
+// Column passes (a thread a column, ceil(s / 256) workgroups a matrix): kron_nl_col (what: 0 max |S_:j|, 1 sum of
+// a_ij^2, 2 x_j = sum_k a_kj a_jk, 3 y_j = sum_k a_kj x_k / |x|) into xv; vector passes (a workgroup a matrix)
+// reduce xv into nl = [max (B), argmax (B, u32 bits), |x| (B)] and finally vals[slot0 + z] = max |y|.
+// prm: [s, batch, slot0, what]; xv: 2 s floats a matrix (x, then the other passes); the bound goes to q (bound).
+fn nl_div(z: u32) -> f32 { let mx = vals[z]; return select(1.0, mx, mx > 0.0); }
+
 @compute @workgroup_size(256)
-fn kron_nlb(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-            @builtin(local_invocation_index) lid: u32) {
+fn kron_nl_col(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let g = wid.x + wid.y * nwg.x;
+    let s = prm[0]; let per = (s + 255u) / 256u;
+    let z = g / per; let j = (g % per) * 256u + lid;
+    if (z >= prm[1] || j >= s) { return; }
+    let base = z * s * s; let what = prm[3];
+    var acc = 0.0;
+    if (what == 0u) {
+        for (var i = 0u; i < s; i++) { acc = max(acc, abs(sb[base + i * s + j])); }
+    } else if (what == 1u) {
+        let d = nl_div(z);
+        for (var i = 0u; i < s; i++) { let v = sb[base + i * s + j] / d; acc = acc + v * v; }
+    } else if (what == 2u) {
+        let d = nl_div(z); let r = bitcast<u32>(vals[prm[1] + z]);
+        for (var k = 0u; k < s; k++) { acc = acc + (sb[base + k * s + j] / d) * (sb[base + r * s + k] / d); }
+    } else {
+        let d = nl_div(z); let xn = vals[2u * prm[1] + z];
+        for (var k = 0u; k < s; k++) { acc = acc + (sb[base + k * s + j] / d) * (xv[z * s + k] / xn); }
+    }
+    if (what == 2u) { xv[z * s + j] = acc; } else { xv[prm[1] * s + z * s + j] = acc; }
+}
+
+// The vector passes: what 0: nl max; 1: nl argmax; 2: nl |x| (max'd with tiny); 3: bound into the run's slots.
+// xv's second half (batch * s floats on) holds what the column passes 0, 1 and 3 wrote; x sits in the first half.
+@compute @workgroup_size(256)
+fn kron_nl_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
     let z = wid.x + wid.y * nwg.x;
     if (z >= prm[1]) { return; }  // (uniform for the workgroup)
-    let s = prm[0];
-    let base = z * s * s;
-    let xb = z * s;
-    var m = 0.0;
-    for (var i = lid; i < s * s; i = i + 256u) { m = max(m, abs(sb[base + i])); }
-    let mx = reduce_max(lid, m);
-    let dv = select(1.0, mx, mx > 0.0);
-    // the largest sum of squares of a column (= of a row), its index
-    var best = -1.0; var bj = 0u;
+    let s = prm[0]; let what = prm[3];
+    let src = select(prm[1] * s + z * s, z * s, what == 2u);
+    var best = -1.0; var bj = 0u; var acc = 0.0;
     for (var j = lid; j < s; j = j + 256u) {
-        var acc = 0.0;
-        for (var i = 0u; i < s; i++) { let a = sb[base + i * s + j] / dv; acc = acc + a * a; }
-        if (acc > best) { best = acc; bj = j; }
+        let v = xv[src + j];
+        if (v > best) { best = v; bj = j; }
+        acc = acc + v * v;
+    }
+    if (what == 2u || what == 3u) {
+        let t = sqrt(reduce_sum(lid, acc));
+        if (lid == 0u) {
+            if (what == 2u) { vals[2u * prm[1] + z] = max(t, 1.17549435e-38); }
+            else { q[prm[2] + z] = vals[z] * t; }
+        }
+        return;
     }
     workgroupBarrier();
     red[lid] = best; arg[lid] = bj;
@@ -197,26 +230,9 @@ fn kron_nlb(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         }
     }
     workgroupBarrier();
-    let j = arg[0];
-    // x = a a_j (x_i = sum_k a_ki a_jk), its norm
-    var nn = 0.0;
-    for (var i = lid; i < s; i = i + 256u) {
-        var acc = 0.0;
-        for (var k = 0u; k < s; k++) { acc = acc + (sb[base + k * s + i] / dv) * (sb[base + j * s + k] / dv); }
-        xv[xb + i] = acc;
-        nn = nn + acc * acc;
+    if (lid == 0u) {
+        if (what == 0u) { vals[z] = red[0]; } else { vals[prm[1] + z] = bitcast<f32>(arg[0]); }
     }
-    let xn = max(sqrt(reduce_sum(lid, nn)), 1.17549435e-38);
-    storageBarrier();
-    workgroupBarrier();
-    var yy = 0.0;
-    for (var i = lid; i < s; i = i + 256u) {
-        var acc = 0.0;
-        for (var k = 0u; k < s; k++) { acc = acc + (sb[base + k * s + i] / dv) * (xv[xb + k] / xn); }
-        yy = yy + acc * acc;
-    }
-    let y = sqrt(reduce_sum(lid, yy));
-    if (lid == 0u) { vals[prm[2] + z] = mx * y; }
 }
 
 // vals[slot0 + z] = min(1.1 / (sqrt(mean(P^2)) + 1e-6), 1) for matrix z of sx (count elements each, from offset);

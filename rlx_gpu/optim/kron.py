@@ -23,7 +23,7 @@ class Kron(MatrixOptimizer):
     A = Q_0 h Q_1^T, B = Q_0^-T V Q_1^-1 (V: the probe), and each factor moves by
     triu(precond_lr (t1 - t2)) / norm_lower_bound(t1 + t2) Q_i with (t1, t2) = (A A^T, B B^T) or (A^T A, B^T B);
     then P = Q_0^T Q_0 d Q_1^T Q_1, its RMS capped at 1.1, p += -lr P. The GEMMs are batched over each shape's
-    matrices; the triangular solves (a row a workgroup), the norm lower bounds (a workgroup a matrix) and balancing
+    matrices; the triangular solves (a row a workgroup), the norm lower bounds (column passes, a thread a column) and balancing
     are kernels of ``shaders/kron.wgsl``.
 
     Randomness (see :mod:`rlx_gpu.reference.kron`): ``probe(name, shape, step)`` supplies V (default: the
@@ -51,7 +51,8 @@ class Kron(MatrixOptimizer):
         self._factor_buffers(("ds", "hs", "vs", "as", "bs", "ts"), ("Sa", "Sb"))
         for (m, n), w in self._work.items():
             B = len(self._groups[m, n])
-            w["xv"] = self.device.buffer(4 * B * max(m, n), f"Kron.xv{(m, n)}")
+            w["xv"] = self.device.buffer(8 * B * max(m, n), f"Kron.xv{(m, n)}")
+            w["nl"] = self.device.buffer(12 * B, f"Kron.nl{(m, n)}")
             w["bound"], w["scale"] = self.device.buffer(4 * B, "Kron.bound"), self.device.buffer(4 * B, "Kron.scale")
 
     def _check_matrices(self) -> None:
@@ -62,7 +63,7 @@ class Kron(MatrixOptimizer):
         return {}, {}
 
     def _max_dispatches(self) -> int:
-        return 2 * self._pieces_count() + 32 * len(self._names) + 8
+        return 3 * self._pieces_count() + 48 * len(self._names) + 8
 
     def _k(self, entry):
         return shipped_kernel(self.device, "kron.wgsl", entry)
@@ -150,7 +151,10 @@ class Kron(MatrixOptimizer):
                 gemm("as", "as", "Sa", s, s, other, (at, at, 0), (mn, mn, ss), **kw)
                 gemm("bs", "bs", "Sb", s, s, other, (at, at, 0), (mn, mn, ss), **kw)
                 run_k("kron_terms", -(-B * ss // 256), [B * ss], sa="Sa", sb="Sb")
-                run_k("kron_nlb", B, [s, B, s0], sb="Sb", xv="xv", vals="bound")
+                cols = B * -(-s // 256)  # norm_lower_bound(t1 + t2) into bound, in passes
+                for what in range(4):
+                    run_k("kron_nl_col", cols, [s, B, s0, what], sb="Sb", xv="xv", vals="nl")
+                    run_k("kron_nl_vec", B, [s, B, s0, what], xv="xv", vals="nl", q="bound")
                 run_k("kron_tri", -(-B * ss // 256), [s, B * ss, linalg._bits(plr), s0], sa="Sa", vals="bound")
                 gemm("Sa", side, "Sb", s, s, s, (0, qoff, 0), (ss, ss, ss))
                 run_k("kron_sub", -(-B * ss // 256), [B * ss, qoff], q=side, sb="Sb")

@@ -89,12 +89,13 @@ class MatrixOptimizer(Optimizer):
                 key0 = k
         return runs
 
-    def _factors(self, t) -> dict:
-        """Tensor ``t``'s factors, downloaded."""
+    def _factors(self, t, names=None) -> dict:
+        """Tensor ``t``'s factors (or the square matrices ``names`` of its shape's buffers, ending in their side),
+        downloaded."""
         shape, slot = self._shapes[self._names[t]], self._slot[t]
         out = {}
-        for k, side in self.factor_states.items():
-            s = shape[side]
+        for k in names or self.factor_states:
+            s = shape[self.factor_states.get(k, int(k[-1]))]
             out[k] = self.device.read(self._work[shape][k], 4 * slot * s * s, 4 * s * s, out=np.empty((s, s), F32))
         return out
 

@@ -1,7 +1,7 @@
 """SOAP on the GPU: the projections into and out of the eigenbasis and Shampoo's GG products as batched GEMMs per
 shape (``rlx_gpu.linalg``), Adam's moments and the update in ``shaders/soap.wgsl``, all in the step's one compute
-pass; the eigendecompositions (a tensor's first step) and the power-iteration refreshes (every
-``precondition_frequency``-th step) on the host in float64, right after the step that needs them."""
+pass; the eigendecompositions (a tensor's first step) and the refreshes' QR (every ``precondition_frequency``-th
+step; the power iteration's product is a GEMM of the step) on the host in float64, right after the step."""
 from __future__ import annotations
 
 import os
@@ -27,9 +27,10 @@ class SOAP(MatrixOptimizer):
     the grad and exp_avg projected (Q_0^T x Q_1), the second moment kept in the rotated space, the update projected
     back (Q_0 x Q_1^T): eight float32 GEMMs, batched over the matrices of each shape. On the host, in float64: a
     tensor's first step ends with the eigendecompositions of its GG_i (no update is made at that step, as in
-    pytorch_optimizer); every ``precondition_frequency``-th step after it ends with one power iteration and QR per
-    side, and the second moment's axes are re-ordered by the new eigenvalue estimates. Those steps download the
-    GG_i and Q_i (and exp_avg_sq), decompose and upload: they wait for the GPU. A checked step (``skip_nonfinite``,
+    pytorch_optimizer); every ``precondition_frequency``-th step after it ends with one power iteration (M_i =
+    GG_i Q_i, a GEMM in the step) and QR per side, and the second moment's axes are re-ordered by the eigenvalue
+    estimates diag(Q_i^T M_i). Those steps download the GG_i (or M_i and Q_i, and exp_avg_sq), decompose (every
+    side in parallel, BLAS one thread each) and upload: they wait for the GPU. A checked step (``skip_nonfinite``,
     GradScaler) is read back right after it is submitted, so the host knows whether to decompose.
 
     Args:
@@ -46,7 +47,9 @@ class SOAP(MatrixOptimizer):
         super().__init__(params, *args, **kwargs)
         self._factor_buffers(("gs", "ms", "ts", "ps"), ("tmp",))
         for (m, n), w in self._work.items():
-            w["nrm"] = self.device.buffer(4 * len(self._groups[m, n]), f"SOAP.nrm{(m, n)}")
+            B = len(self._groups[m, n])
+            w["nrm"] = self.device.buffer(4 * B, f"SOAP.nrm{(m, n)}")
+            w["M_0"], w["M_1"] = (self.device.buffer(4 * B * s * s, f"SOAP.M{(m, n)}") for s in (m, n))
 
     def fill(self, g, t, fresh, sel):
         return {}, {}
@@ -88,12 +91,13 @@ class SOAP(MatrixOptimizer):
     def _settings(self, t) -> tuple:
         g = self.param_groups[self._group_of[t]]
         first = self._steps[t] == 0  # (settled: a SOAP step is read back before the next one is recorded)
-        return (not first, ref.shampoo_beta_of(g), bool(g["normalize_gradient"]) and not first)
+        refresh = ref.needs_host(int(self._steps[t]) + 1, g["precondition_frequency"]) == "refresh"
+        return (not first, ref.shampoo_beta_of(g), bool(g["normalize_gradient"]) and not first, refresh)
 
     def _encode_run(self, enc, shape, run, setting, rows, keep) -> None:
         dev, cache = self.device, self._cache
         (m, n), w = shape, self._work[shape]
-        update, sb, normalize = setting
+        update, sb, normalize, refresh = setting
         s0, B, mn = self._slot[run[0]], len(run), m * n
         kg, kp, ka = self._k("soap_gather"), self._k("soap_precond"), self._k("soap_apply")
         kl = self._k("soap_lerp")
@@ -112,6 +116,10 @@ class SOAP(MatrixOptimizer):
         lerp("GG_0", m, m * m)
         gemm("gs", "gs", "tmp", n, n, m, (s0 * mn, s0 * mn, 0), (mn, mn, n * n), ta=True)  # g^T g
         lerp("GG_1", n, n * n)
+        if refresh:  # the power iteration's products M_i = GG_i Q_i, for the host's QR after the step
+            for i, s in ((0, m), (1, n)):
+                o = s0 * s * s
+                gemm(f"GG_{i}", f"Q_{i}", f"M_{i}", s, s, s, (o, o, o), (s * s,) * 3)
         if not update:
             return
         at, q0, q1 = s0 * mn, s0 * m * m, s0 * n * n
@@ -149,12 +157,14 @@ class SOAP(MatrixOptimizer):
             int(self._steps[t]), self.param_groups[self._group_of[t]]["precondition_frequency"])] if what]
         if not todo:
             return
-        facts = {t: self._factors(t) for t, _ in todo}
+        facts = {t: self._factors(t, ("GG_0", "GG_1") if what == "init" else ("M_0", "M_1", "Q_0", "Q_1"))
+                 for t, what in todo}
         jobs = [(t, i, what) for t, what in todo for i in (0, 1)]
 
         def side(job):
             t, i, what = job
-            return ref.host_work(what, [facts[t][f"GG_{i}"]], [facts[t][f"Q_{i}"]])[0]
+            mat = facts[t][f"GG_{i}" if what == "init" else f"M_{i}"]
+            return ref.host_work(what, [mat], [facts[t].get(f"Q_{i}")])[0]
         # every side of every tensor decomposed in parallel (LAPACK releases the GIL), BLAS held to one thread in
         # each: nested BLAS threads thrash (six workers over a two-thread BLAS were 7x slower than one at a time)
         with threadpool_limits(1), ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as ex:

@@ -12,8 +12,8 @@ the decompositions in float64 on the host.
         u /= sqrt(mean(u^2)) + eps                                 (normalize_gradient only)
         p += -step_size * u;  p *= 1 - lr * weight_decay
         the GG_i updated with g as above; every precondition_frequency-th s: refresh (below)
-    refresh of side i (one power iteration): M = GG_i Q_i; est = diag(Q_i^T M); order = argsort(-est);
-        exp_avg_sq's axis i permuted by order; Q_i = the Q of QR(M[:, order])
+    refresh of side i (one power iteration): M = GG_i Q_i (float32); est = diag(Q_i^T M); order = argsort(-est);
+        exp_avg_sq's axis i permuted by order; Q_i = the Q of QR(M[:, order]) (float64)
 
 2-D float32 tensors only (route others to AdamW with rlx_gpu.Partition); both sides are always preconditioned
 (pytorch_optimizer's ``max_precondition_dim``, ``merge_dims`` and ``precondition_1d`` are not offered: its defaults
@@ -39,9 +39,11 @@ def eigenbasis(gg: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(q[:, ::-1]).astype(F32)
 
 
-def refresh_side(gg: np.ndarray, q: np.ndarray):
-    """One power iteration and QR for one side: (new Q, the order of the old columns), in float64 on the host."""
-    m = gg.astype(np.float64) @ q.astype(np.float64)
+def refresh_side(m: np.ndarray, q: np.ndarray):
+    """A side's refresh from the power iteration's product ``m`` = GG Q (float32, as the GPU's GEMM makes it): the
+    eigenvalue estimates diag(Q^T M), the column order by them, and the Q of QR(M reordered), in float64 on the host:
+    (new Q, the order of the old columns)."""
+    m = m.astype(np.float64)
     est = (q.astype(np.float64) * m).sum(axis=0)
     order = np.argsort(-est, kind="stable")
     qq, r = np.linalg.qr(m[:, order])
@@ -143,16 +145,17 @@ class SOAP(ReferenceOptimizer):
         """The decompositions after a step (shared with the GPU class through :func:`host_work`)."""
         if what is None:
             return
-        new = host_work(what, [st["GG_0"], st["GG_1"]], [st["Q_0"], st["Q_1"]])
+        mats = [st["GG_0"], st["GG_1"]] if what == "init" else [st["GG_0"] @ st["Q_0"], st["GG_1"] @ st["Q_1"]]
+        new = host_work(what, mats, [st["Q_0"], st["Q_1"]])
         for i, (q, order) in enumerate(new):
             st[SIDES[i][1]][...] = q
             if order is not None:
                 st["exp_avg_sq"][...] = np.take(st["exp_avg_sq"], order, axis=i)
 
 
-def host_work(what: str, ggs: list, qs: list) -> list:
-    """Per side, (new Q, the permutation of exp_avg_sq's axis or None): "init" = eigh, "refresh" = power iteration
-    and QR."""
+def host_work(what: str, mats: list, qs: list) -> list:
+    """Per side, (new Q, the permutation of exp_avg_sq's axis or None): "init" = eigh of GG (``mats``), "refresh" =
+    QR of the power iteration's product GG Q (``mats``)."""
     if what == "init":
-        return [(eigenbasis(gg), None) for gg in ggs]
-    return [refresh_side(gg, q) for gg, q in zip(ggs, qs)]
+        return [(eigenbasis(gg), None) for gg in mats]
+    return [refresh_side(m, q) for m, q in zip(mats, qs)]
