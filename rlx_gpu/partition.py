@@ -145,10 +145,10 @@ class Partition:
             for (p, _, _), st, out in zip(subs, states, outs):
                 if check:
                     p._step_mapped(st, out)
-            for p, _, _ in subs:
-                p._after_submit()
             if loss_scale is not None:
                 loss_scale.committed()
+            for p, _, _ in subs:
+                p._after_submit()
         finally:
             for lk in with_lock:
                 lk.release()

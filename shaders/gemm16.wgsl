@@ -31,6 +31,8 @@ fn gemm16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let bbase = prm[6] + bt * prm[9];
     var acc: array<vec4<f32>, 16>;
     for (var k0 = 0u; k0 < K; k0 = k0 + TK) {
+        // (each thread writes single f16 components of the staging vectors, as gemm.wgsl does with f32 ones: WGSL
+        // makes each component its own memory location; llvmpipe and NVIDIA's driver honour that for 16-bit ones)
         for (var r = 0u; r < 8u; r++) {
             let idx = li + r * 256u;
             let kk = select(idx / TM, idx % TK, !ta);

@@ -44,7 +44,7 @@ fn kron_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 }
 
 // The default probe (rlx_gpu/reference/kron.py device_probe): element e of a tensor (e = the piece's offset in its
-// tensor + i) gets z = sqrt(-2 ln u1) cos(2 pi u2), u1 = (hash(key ^ hash(2e)) >> 8 + 1) 2^-24, u2 = (hash(key ^
+// tensor + i) gets z = -sqrt(-2 ln u1) cos(2 pi u2 - pi), u1 = (hash(key ^ hash(2e)) >> 8 + 1) 2^-24, u2 = (hash(key ^
 // hash(2e + 1)) >> 8) 2^-24, into vs. mp words 11, 12: the tensor's key (seed, step, name), the piece's offset.
 @group(0) @binding(9) var<storage, read_write> vs: array<f32>;
 
@@ -62,7 +62,7 @@ fn kron_probe(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let e = mp[12] + i;
     let u1 = (f32(mix32(mp[11] ^ mix32(2u * e)) >> 8u) + 1.0) * 5.9604645e-8;
     let u2 = f32(mix32(mp[11] ^ mix32(2u * e + 1u)) >> 8u) * 5.9604645e-8;
-    vs[mp[2] + i] = sqrt(-2.0 * log(u1)) * cos(6.2831855 * u2);
+    vs[mp[2] + i] = -(sqrt(-2.0 * log(u1)) * cos(6.2831855 * u2 - 3.1415927));  // (cos's argument in [-pi, pi))
 }
 
 // Run-level kernels: prm words as each says.
@@ -169,7 +169,7 @@ fn reduce_max(lid: u32, v: f32) -> f32 {
 // bound = max|S| |a^T x|. S is symmetric, so columns are read for rows: threads over columns read coalesced.
 // Column passes (a thread a column, ceil(s / 256) workgroups a matrix): kron_nl_col (what: 0 max |S_:j|, 1 sum of
 // a_ij^2, 2 x_j = sum_k a_kj a_jk, 3 y_j = sum_k a_kj x_k / |x|) into xv; vector passes (a workgroup a matrix)
-// reduce xv into nl = [max (B), argmax (B, u32 bits), |x| (B)] and finally vals[slot0 + z] = max |y|.
+// reduce xv into nl = [max (B), argmax (B, as f32), |x| (B)] and finally vals[slot0 + z] = max |y|.
 // prm: [s, batch, slot0, what]; xv: 2 s floats a matrix (x, then the other passes); the bound goes to q (bound).
 fn nl_div(z: u32) -> f32 { let mx = vals[z]; return select(1.0, mx, mx > 0.0); }
 
@@ -188,7 +188,7 @@ fn kron_nl_col(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         let d = nl_div(z);
         for (var i = 0u; i < s; i++) { let v = sb[base + i * s + j] / d; acc = acc + v * v; }
     } else if (what == 2u) {
-        let d = nl_div(z); let r = bitcast<u32>(vals[prm[1] + z]);
+        let d = nl_div(z); let r = u32(vals[prm[1] + z]);
         for (var k = 0u; k < s; k++) { acc = acc + (sb[base + k * s + j] / d) * (sb[base + r * s + k] / d); }
     } else {
         let d = nl_div(z); let xn = vals[2u * prm[1] + z];
@@ -231,7 +231,7 @@ fn kron_nl_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     }
     workgroupBarrier();
     if (lid == 0u) {
-        if (what == 0u) { vals[z] = red[0]; } else { vals[prm[1] + z] = bitcast<f32>(arg[0]); }
+        if (what == 0u) { vals[z] = red[0]; } else { vals[prm[1] + z] = f32(arg[0]); }  // (exact below 2^24)
     }
 }
 

@@ -11,7 +11,7 @@ import pytest
 
 import rlx_gpu
 from rlx_gpu.reference import Kron as Twin
-from rlx_gpu.reference.kron import draws
+from rlx_gpu.reference.kron import device_probe, draws
 from helpers import partition_with_adamw, snapshot
 
 pytestmark = pytest.mark.gpu
@@ -44,7 +44,7 @@ def test_twin_equals_pytorch_optimizer(opts, monkeypatch):
         g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
         for n, t in tp.items():
             t.grad = torch.tensor(g[n])
-        probes[:] = [twin.probe(n, v.shape, s + 1) for n, v in p0.items()]
+        probes[:] = [device_probe(3)(n, v.shape, s + 1) for n, v in p0.items()]
         balance[:] = [draws(3, s + 1)[1]]
         balanced += balance[0] < 0.5
         oracle.step()
@@ -77,6 +77,32 @@ def test_gpu_equals_twin(device, opts):
             for k in ("momentum_buffer", "Q_0", "Q_1"):
                 np.testing.assert_allclose(st[n][k], twin.state[n][k], atol=1e-6, err_msg=f"{s} {n} {k}")
             assert st[n]["step"] == twin.state[n]["step"]
+
+
+def test_large_sides_and_a_seeded_resume(device, tmp_path):
+    """Sides past one workgroup's 256 threads (the solves', bounds' and balancing's strided loops) follow the twin;
+    a checkpoint keeps the seed (a hyperparameter), so the resumed run draws what the original does."""
+    p0 = params({"w": (300, 270), "v": (270, 300)}, 11)
+    kw = dict(lr=1e-2, precond_update_prob=1.0, balance_prob=0.5, seed=7)
+    gpu, twin = rlx_gpu.Kron(p0, device=device, **kw), Twin(p0, **kw)
+    rng = np.random.default_rng(12)
+    for s in range(3):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
+        gpu.step(g)
+        twin.step(g)
+        st = gpu.state_dict()["state"]
+        for n in p0:
+            np.testing.assert_allclose(gpu.read_params()[n], twin.params[n], atol=1e-6, err_msg=f"{s} {n}")
+            for k in ("Q_0", "Q_1"):
+                np.testing.assert_allclose(st[n][k], twin.state[n][k], atol=1e-6, err_msg=f"{s} {n} {k}")
+    gpu.save(tmp_path / "ck")
+    other = rlx_gpu.Kron.load(tmp_path / "ck", device=device)
+    assert other.param_groups[0]["seed"] == 7
+    for _ in range(2):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
+        gpu.step(g)
+        other.step(g)
+    assert snapshot(gpu) == snapshot(other)
 
 
 def test_learns_a_least_squares_task(device):

@@ -106,7 +106,8 @@ class StepMixin(GateMixin):
         active = self._begin_checks(grads, check)
         out = self._encode_step(grads, active, check, loss_scale)
         if loss_scale is not None:
-            loss_scale.committed()
+            loss_scale.committed()  # (before the host work below: the step is submitted whatever it does)
+        self._after_submit()
         return out
 
     @locked
@@ -201,8 +202,6 @@ class StepMixin(GateMixin):
             self._tree = None
             self._steps, self._scalars, self._materialized, self._last_skipped = st["nexts"][0]  # (made fresh above)
             self._norm_taken = self.clip_grad_norm is not None
-            if submit:
-                self._after_submit()
             return Outcome(self, False)
         gate = st["gate"]
         self._gate_kernels()["gate_step"].dispatch(cp, st["binds"]["gate_step"], 1)
@@ -221,12 +220,11 @@ class StepMixin(GateMixin):
         st["slot"] = slot  # (a shared submission maps it after submitting: _step_mapped)
         if submit:
             self._step_mapped(st, outcome)
-            self._after_submit()
         return outcome
 
     def _after_submit(self) -> None:
-        """Host work once a step is submitted (SOAP's decompositions); a shared submission (Partition) calls it
-        after its parts' ``_step_mapped``."""
+        """Host work once a step is submitted and a loss scale's update committed (SOAP's decompositions); a shared
+        submission (Partition) calls it for each part after its own commit."""
 
     def _step_mapped(self, st, outcome) -> None:
         """After the submission: the outcome's read-back requested, and the host state's new tree."""

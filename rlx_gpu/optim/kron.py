@@ -1,6 +1,7 @@
 """Kron (PSGD) on the GPU: the momentum and the update in ``shaders/kron.wgsl``, the products with the triangular
 factors as batched GEMMs per shape (``rlx_gpu.linalg``), the triangular solves, norm lower bounds and balancing as
-``kron.wgsl`` kernels, all in the step's one compute pass. The probes come from the host (``probe=``)."""
+``kron.wgsl`` kernels, all in the step's one compute pass; the default probes too (a caller's ``probe=`` runs on the
+host)."""
 from __future__ import annotations
 
 import math
@@ -27,8 +28,10 @@ class Kron(MatrixOptimizer):
     are kernels of ``shaders/kron.wgsl``.
 
     Randomness (see :mod:`rlx_gpu.reference.kron`): ``probe(name, shape, step)`` supplies V (default: the
-    counter-based generator of ``seed``, made on the device by ``kron_probe``; a probe of the caller's is called on
-    the host and uploaded each update step), and the update and balancing draws come from ``seed``; the twin with the same ``probe``/``seed`` draws the same values. A checked step is read
+    counter-based generator of the first group's ``seed``, made on the device by ``kron_probe``; a probe of the
+    caller's is called on the host before the step is recorded, even for a step the device then skips, and uploaded),
+    and the update and balancing draws come from ``seed``; the twin with the same ``probe``/``seed`` draws the same
+    values (the device's log and cos may differ from NumPy's in the last bits). A checked step is read
     back right after submission (the next step's draws depend on whether it was taken).
 
     Args:
@@ -37,17 +40,19 @@ class Kron(MatrixOptimizer):
         lr (1e-3).  momentum (0.9).  weight_decay (0).  weight_decouple (True).  precond_update_prob (None:
         pytorch_optimizer's schedule; a number or a callable of the step).  max_size_triangular (8192).
         momentum_into_precondition_update (True).  precond_lr (0.1).  precond_init_scale (1.0).
-        balance_prob (0.01).  probe (None).  seed (0).
+        balance_prob (0.01).  seed (0, a hyperparameter: saved).  probe (None, keyword only: not saved).
     State: step, momentum_buffer, Q_0, Q_1 (pytorch_optimizer's list Q).
     """
     spec = ref.Kron
     factor_states = {"Q_0": 0, "Q_1": 1}
 
-    def __init__(self, params, *args, probe=None, seed: int = 0, **kwargs):
-        ref.check_randomness(type(self).__name__, probe, seed)
+    def __init__(self, params, *args, probe=None, **kwargs):
+        ref.check_probe(type(self).__name__, probe)
         super().__init__(params, *args, **kwargs)
-        #: The probe source and the draws' seed (as the twin's).
-        self.probe, self.seed = probe or ref.device_probe(seed), seed
+        #: A probe of the caller's (name, shape, step) -> array, called on the host; None: the device's generator of
+        #: the first group's ``seed``. Not saved in checkpoints (pass it again after loading).
+        self.probe = probe
+        self._plan = None
         self._factor_buffers(("ds", "hs", "vs", "as", "bs", "ts"), ("Sa", "Sb"))
         for (m, n), w in self._work.items():
             B = len(self._groups[m, n])
@@ -69,10 +74,23 @@ class Kron(MatrixOptimizer):
         return shipped_kernel(self.device, "kron.wgsl", entry)
 
     # -- the step --------------------------------------------------------------------------------------------
+    def _begin_checks(self, grads, check: bool):
+        """The draws, and a caller's probes (checked), before anything of the step is recorded: a bad probe or
+        schedule changes nothing."""
+        active = super()._begin_checks(grads, check)
+        k = int(self._steps.max()) if len(self._steps) else 0  # (settled: see _after_submit)
+        update, bal = ref.decide(self.param_groups[0], k)
+        probes = {}
+        if update and self.probe is not None:
+            probes = {t: ref.probe_of(self.probe, self._names[t], self._shapes[self._names[t]], k + 1)
+                      for t in np.flatnonzero(active)}
+        self._plan = (k, update, bal, probes)
+        return active
+
     def _encode(self, enc) -> None:
         keep = []
-        k = int(self._steps.max()) if len(self._steps) else 0  # (settled: see _after_submit)
-        update, bal = ref.decide(self.param_groups[0], k, self.seed)
+        k, update, bal, probes = self._plan
+        seed = int(self.param_groups[0]["seed"])
         gm_word = len(self._names) * self.record.size + self.record.global_word("grad_mul")
         words = np.zeros((self._mp.size // 4,), np.uint32)
         runs = self._runs(self._settings)
@@ -81,11 +99,10 @@ class Kron(MatrixOptimizer):
             for t in run:
                 g = self.param_groups[self._group_of[t]]
                 self._first_step(t, g)
-                on_device = getattr(self.probe, "device_seed", None)
-                if update and on_device is None:  # (a probe of the caller's: made on the host, uploaded)
-                    v = ref.probe_of(self.probe, self._names[t], shape, k + 1)
+                if t in probes:  # (a probe of the caller's: made on the host, uploaded)
+                    v = probes[t]
                     self.device.queue.write_buffer(w["vs"], 4 * self._slot[t] * v.size, np.ascontiguousarray(v))
-                key = ref.probe_key(on_device, k + 1, self._names[t]) if on_device is not None else 0
+                key = ref.probe_key(seed, k + 1, self._names[t]) if self.probe is None else 0
                 step = min(int(self._steps[t]) + 1, 2 ** 31)
                 wd, lr = g["weight_decay"], g["lr"] * self._scale[t]
                 flags = (1 if wd and not g["weight_decouple"] else 0) | (0 if into else 2) | \
@@ -134,7 +151,7 @@ class Kron(MatrixOptimizer):
         kmom, kapp, kpr = self._k("kron_momentum"), self._k("kron_apply"), self._k("kron_probe")
         for (r, b, c, ln) in rows:
             kmom.dispatch(enc, self._pbind(kmom, r, b, c, w), -(-ln // 256))
-            if update and getattr(self.probe, "device_seed", None) is not None:
+            if update and self.probe is None:
                 kpr.dispatch(enc, self._pbind(kpr, r, b, c, w), -(-ln // 256))
         if bal:
             run_k("kron_balance", B, [m, n, B, q0, q1], q="Q_0", sa="Q_1")

@@ -38,6 +38,10 @@ class Muon(MatrixOptimizer):
                          for s, ts in self._groups.items()}
         self._check_f16()
 
+    def _begin_checks(self, grads, check: bool):
+        self._check_f16()  # (a group may have switched to float16 since: refused before anything is recorded)
+        return super()._begin_checks(grads, check)
+
     def _check_f16(self) -> None:
         if any(g["ns_dtype"] == "float16" for g in self.param_groups):
             linalg.f16_device(self.device, "Muon(ns_dtype='float16')")
@@ -53,7 +57,6 @@ class Muon(MatrixOptimizer):
     def _encode(self, enc) -> None:
         """Momentum into the shape's scratch, Newton-Schulz batched per shape (and per group's settings), update."""
         dev, keep = self.device, []
-        self._check_f16()  # (a group may have switched to float16 since)
         self._ensure("momentum_buffer")
         gm_word = len(self._names) * self.record.size + self.record.global_word("grad_mul")
         words = np.zeros((self._mp.size // 4,), np.uint32)

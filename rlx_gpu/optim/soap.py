@@ -5,6 +5,7 @@ step; the power iteration's product is a GEMM of the step) on the host in float6
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -17,6 +18,7 @@ from ..runtime.kernels import shipped_kernel
 from .matrix import REC_BYTES, MatrixOptimizer
 
 F32 = np.float32
+_BLAS_LOCK = threading.Lock()  # (threadpool_limits changes the process's BLAS setting: one SOAP at a time holds it)
 
 
 class SOAP(MatrixOptimizer):
@@ -92,12 +94,13 @@ class SOAP(MatrixOptimizer):
         g = self.param_groups[self._group_of[t]]
         first = self._steps[t] == 0  # (settled: a SOAP step is read back before the next one is recorded)
         refresh = ref.needs_host(int(self._steps[t]) + 1, g["precondition_frequency"]) == "refresh"
-        return (not first, ref.shampoo_beta_of(g), bool(g["normalize_gradient"]) and not first, refresh)
+        normalize = bool(g["normalize_gradient"]) and not first
+        return (not first, ref.shampoo_beta_of(g), normalize, refresh, g["eps"] if normalize else None)
 
     def _encode_run(self, enc, shape, run, setting, rows, keep) -> None:
         dev, cache = self.device, self._cache
         (m, n), w = shape, self._work[shape]
-        update, sb, normalize, refresh = setting
+        update, sb, normalize, refresh, eps = setting
         s0, B, mn = self._slot[run[0]], len(run), m * n
         kg, kp, ka = self._k("soap_gather"), self._k("soap_precond"), self._k("soap_apply")
         kl = self._k("soap_lerp")
@@ -131,7 +134,6 @@ class SOAP(MatrixOptimizer):
         gemm("Q_0", "ms", "ts", m, n, m, (q0, at, at), (m * m, mn, mn))  # Q_0 x Q_1^T
         gemm("ts", "Q_1", "ps", m, n, n, (at, q1, at), (mn, n * n, mn), tb=True)
         if normalize:
-            eps = self.param_groups[self._group_of[run[0]]]["eps"]
             prm = linalg._prm(dev, [mn, at, B, linalg._bits(eps), s0], "soap.rms", keep, cache)
             k = self._k("soap_rms")
             k.dispatch(enc, k.cached_bind({"dst": w["nrm"], "src": w["ps"], "prm": prm}), B)
@@ -167,7 +169,8 @@ class SOAP(MatrixOptimizer):
             return ref.host_work(what, [mat], [facts[t].get(f"Q_{i}")])[0]
         # every side of every tensor decomposed in parallel (LAPACK releases the GIL), BLAS held to one thread in
         # each: nested BLAS threads thrash (six workers over a two-thread BLAS were 7x slower than one at a time)
-        with threadpool_limits(1), ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as ex:
+        with _BLAS_LOCK, threadpool_limits(limits=1, user_api="blas"), \
+                ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as ex:
             new = dict(zip([(t, i) for t, i, _ in jobs], ex.map(side, jobs)))
         for t, what in todo:
             self._put_factors(t, {"Q_0": new[t, 0][0], "Q_1": new[t, 1][0]})

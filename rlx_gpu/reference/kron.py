@@ -17,7 +17,7 @@
 Randomness, all from one source: ``probe(name, shape, step)`` gives V (default: :func:`device_probe`, standard
 normals by Box-Muller from a counter-based hash of (seed, step, crc32(name), element), which the GPU class makes on
 the device), and the two uniforms of step k+1 come from
-``default_rng([seed, k + 1])``, k being the largest step count of the tensors (the optimizer's step; kept in the
+``default_rng([seed, k + 1])`` (seed: the first group's), k being the largest step count of the tensors (the optimizer's step; kept in the
 state, so a checkpoint resumes the same draws), so a skipped step draws nothing and the twin, the GPU class and an oracle fed the
 same values agree step for step. pytorch_optimizer decides ``update`` by a counter (every 1/prob steps) and draws
 balancing from ``np.random``; kron-torch draws both from its own ``random.Random``: here both are draws, as
@@ -74,8 +74,8 @@ def device_probe(seed: int):
         e = np.arange(int(np.prod(shape)), dtype=np.uint32)
         u1 = ((mix32(key ^ mix32(e * np.uint32(2))) >> np.uint32(8)).astype(F32) + F32(1)) * F32(2 ** -24)
         u2 = (mix32(key ^ mix32(e * np.uint32(2) + np.uint32(1))) >> np.uint32(8)).astype(F32) * F32(2 ** -24)
-        return (np.sqrt(F32(-2) * np.log(u1)) * np.cos(F32(6.2831855) * u2)).reshape(shape)
-    probe.device_seed = seed  # (the GPU class makes these on the device)
+        # (cos(2 pi u2) as -cos(2 pi u2 - pi): an argument in [-pi, pi), where WGSL bounds cos's error)
+        return (-(np.sqrt(F32(-2) * np.log(u1)) * np.cos(F32(6.2831855) * u2 - F32(3.1415927)))).reshape(shape)
     return probe
 
 
@@ -119,7 +119,7 @@ class Kron(ReferenceOptimizer):
     """Kron: PSGD with Kronecker-factored triangular preconditioners (pytorch_optimizer.Kron), 2-D tensors."""
     defaults = dict(lr=1e-3, momentum=0.9, weight_decay=0.0, weight_decouple=True, precond_update_prob=None,
                     max_size_triangular=8192, momentum_into_precondition_update=True, precond_lr=0.1,
-                    precond_init_scale=1.0, balance_prob=0.01)
+                    precond_init_scale=1.0, balance_prob=0.01, seed=0)
     all_state_names = ("momentum_buffer", "Q_0", "Q_1")
     aux_states = SIDES
 
@@ -134,6 +134,8 @@ class Kron(ReferenceOptimizer):
             raise ValueError(f"Kron: momentum must be in [0, 1), got {group['momentum']!r}")
         if not 0.0 <= group["balance_prob"] <= 1.0:
             raise ValueError(f"Kron: balance_prob must be in [0, 1], got {group['balance_prob']!r}")
+        if not isinstance(group["seed"], (int, np.integer)) or isinstance(group["seed"], bool):
+            raise ValueError(f"Kron: seed must be a non-negative int, got {group['seed']!r}")
         if not isinstance(group["max_size_triangular"], int) or group["max_size_triangular"] < 2:
             raise ValueError(f"Kron: max_size_triangular must be an int >= 2, got {group['max_size_triangular']!r}")
 
@@ -157,15 +159,16 @@ class Kron(ReferenceOptimizer):
     def init_value(cls, state, group):
         return 0.0
 
-    def __init__(self, params, *args, probe=None, seed: int = 0, **kwargs):
+    def __init__(self, params, *args, probe=None, **kwargs):
+        check_probe(type(self).__name__, probe)
         super().__init__(params, *args, **kwargs)
-        check_randomness(type(self).__name__, probe, seed)
         self.check_shapes(type(self).__name__, self._shapes, min(g["max_size_triangular"] for g in self.param_groups))
         for n, p in self.params.items():
             if p.dtype != F32:
                 raise ValueError(f"Kron: {n!r} is {p.dtype}; Kron keeps float32 params")
-        #: The probe source: a callable (name, shape, step) -> float32 array of that shape; and the seed of the draws.
-        self.probe, self.seed = probe or device_probe(seed), seed
+        #: The probe source: a callable (name, shape, step) -> float32 array of that shape (None: device_probe of the
+        #: first group's seed). Not saved in checkpoints (pass it again after loading).
+        self.probe = probe
 
     def _new_state(self, s, shape, group):
         if s in SIDES:  # (scale^(1/2) I: the init scale spread over the two factors)
@@ -175,7 +178,7 @@ class Kron(ReferenceOptimizer):
 
     def _before_update(self, grads):
         self.k = max((int(st["step"]) for st in self.state.values()), default=0)
-        self._update_now, self._balance_now = decide(self.param_groups[0], self.k, self.seed)
+        self._update_now, self._balance_now = decide(self.param_groups[0], self.k)
 
     def _apply(self, n, g, st, group, fresh):
         self._name = n  # (the probe's name argument)
@@ -192,7 +195,7 @@ class Kron(ReferenceOptimizer):
         if self._balance_now:
             balance(q0, q1)
         if self._update_now:
-            v = probe_of(self.probe, self._name, p.shape, self.k + 1)
+            v = probe_of(self.probe or device_probe(self.param_groups[0]["seed"]), self._name, p.shape, self.k + 1)
             precond_update(q0, q1, d if group["momentum_into_precondition_update"] else g, v, group["precond_lr"])
         u = precondition(q0, q1, d)
         u = u * min(F32(1.1) / (np.sqrt(np.mean(u * u, dtype=F32)) + F32(1e-6)), F32(1.0))
@@ -201,11 +204,16 @@ class Kron(ReferenceOptimizer):
         p += F32(-group["lr"]) * u
 
 
-def decide(group: dict, k: int, seed: int) -> tuple:
-    """(update, balance) for the step after ``k`` taken ones."""
+def decide(group: dict, k: int) -> tuple:
+    """(update, balance) for the step after ``k`` taken ones (the first group's settings and seed)."""
     prob = group["precond_update_prob"]
-    prob = default_prob(k) if prob is None else (float(prob(k)) if callable(prob) else float(prob))
-    u1, u2 = draws(seed, k + 1)
+    if callable(prob):
+        try:
+            prob = float(prob(k))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"Kron: precond_update_prob({k}) did not give a number: {e}") from e
+    prob = default_prob(k) if prob is None else float(prob)
+    u1, u2 = draws(int(group["seed"]), k + 1)
     update = u1 < prob
     return update, (u2 < group["balance_prob"] and update)
 
@@ -218,8 +226,6 @@ def probe_of(probe, name: str, shape: tuple, step: int) -> np.ndarray:
     return v.astype(F32)
 
 
-def check_randomness(owner: str, probe, seed) -> None:
+def check_probe(owner: str, probe) -> None:
     if probe is not None and not callable(probe):
         raise TypeError(f"{owner}: probe must be a callable (name, shape, step) -> array, got {probe!r}")
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"{owner}: seed must be a non-negative int, got {seed!r}")

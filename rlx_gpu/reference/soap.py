@@ -34,7 +34,11 @@ SIDES = (("GG_0", "Q_0"), ("GG_1", "Q_1"))
 
 
 def eigenbasis(gg: np.ndarray) -> np.ndarray:
-    """The eigenvectors of the symmetric ``gg`` by descending eigenvalue (float64 eigh, float32 result)."""
+    """The eigenvectors of the symmetric ``gg`` by descending eigenvalue (float64 eigh, float32 result); a GG holding
+    inf or NaN (an unchecked step with such grads) gives NaN, as the params already are, instead of LAPACK's
+    error after the step was taken."""
+    if not np.isfinite(gg).all():
+        return np.full(gg.shape, np.nan, F32)
     _, q = np.linalg.eigh(gg.astype(np.float64))
     return np.ascontiguousarray(q[:, ::-1]).astype(F32)
 
