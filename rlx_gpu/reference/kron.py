@@ -14,14 +14,14 @@
         P = Q_0^T Q_0 d Q_1^T Q_1;  P *= min(1.1 / (sqrt(mean(P^2)) + 1e-6), 1)
         P += weight_decay p (weight_decouple only);  p += -lr P
 
-Randomness, all from one source: ``probe(name, shape, step)`` gives V (default: :func:`device_probe`, standard
-normals by Box-Muller from a counter-based hash of (seed, step, crc32(name), element), which the GPU class makes on
-the device), and the two uniforms of step k+1 come from
-``default_rng([seed, k + 1])`` (seed: the first group's), k being the largest step count of the tensors (the optimizer's step; kept in the
-state, so a checkpoint resumes the same draws), so a skipped step draws nothing and the twin, the GPU class and an oracle fed the
-same values agree step for step. pytorch_optimizer decides ``update`` by a counter (every 1/prob steps) and draws
-balancing from ``np.random``; kron-torch draws both from its own ``random.Random``: here both are draws, as
-kron-torch, which equals pytorch_optimizer's counter at probability 1.
+Randomness, all from one source, the first group's ``seed`` (a hyperparameter, saved in checkpoints): the probe V
+of a tensor at step k+1 (k: the largest step count of the tensors, i.e. the optimizer's steps taken) is
+``probe(name, shape, k + 1)``, by default :func:`device_probe` (standard normals by Box-Muller from a counter-based
+hash of (seed, k+1, crc32(name), element), which the GPU class makes on the device); the two uniforms of step k+1
+are ``default_rng([seed, k + 1]).random(2)``. So a skipped step draws nothing, a checkpoint resumes the same draws,
+and the twin, the GPU class and an oracle fed the same values agree step for step. pytorch_optimizer decides
+``update`` by a counter (every 1/prob steps) and draws balancing from ``np.random``; kron-torch draws both from its
+own ``random.Random``: here both are draws, as kron-torch, which equals pytorch_optimizer's counter at probability 1.
 """
 from __future__ import annotations
 
