@@ -10,6 +10,8 @@
 @group(0) @binding(2) var<storage, read_write> C: array<f32>;
 @group(0) @binding(3) var<storage, read> prm: array<u32>;
 
+// #include "matrix_common.wgsl"
+
 const TM: u32 = 128u;  // outputs per workgroup along m and n
 const TK: u32 = 8u;    // k per tile
 var<workgroup> As: array<vec4<f32>, 256>;  // [k][m / 4]
@@ -104,8 +106,6 @@ fn store_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
 
 // Frobenius scaling for Newton-Schulz: matrix z (workgroup z, flattened) of `count` elements at `offset` + z * `stride` is
 // divided by max(norm, eps). prm: [count, offset, stride, eps bits, batch] (C is the matrices' buffer).
-var<workgroup> red: array<f32, 256>;
-
 @compute @workgroup_size(256)
 fn frob_scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
@@ -115,13 +115,7 @@ fn frob_scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let base = prm[1] + z * prm[2];
     var s = 0.0;
     for (var i = lid; i < n; i = i + 256u) { let v = C[base + i]; s = s + v * v; }
-    red[lid] = s;
-    for (var w = 128u; w > 0u; w = w / 2u) {
-        workgroupBarrier();
-        if (lid < w) { red[lid] = red[lid] + red[lid + w]; }
-    }
-    workgroupBarrier();
-    let d = max(sqrt(red[0]), bitcast<f32>(prm[3]));
+    let d = max(sqrt(wg_sum(lid, s)), bitcast<f32>(prm[3]));
     for (var i = lid; i < n; i = i + 256u) { C[base + i] = C[base + i] / d; }
 }
 
@@ -130,6 +124,6 @@ fn frob_scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 @compute @workgroup_size(256)
 fn copy_range(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+    let i = flat_index(wid, nwg, lid);
     if (i < prm[0]) { C[prm[2] + i] = A[prm[1] + i]; }
 }

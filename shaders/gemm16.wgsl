@@ -10,6 +10,8 @@ enable f16;
 @group(0) @binding(2) var<storage, read_write> C: array<f16>;
 @group(0) @binding(3) var<storage, read> prm: array<u32>;
 
+// #include "matrix_common.wgsl"
+
 const TM: u32 = 128u;
 const TK: u32 = 16u;
 var<workgroup> As: array<vec4<f16>, 512>;  // [k][m / 4]
@@ -114,7 +116,6 @@ fn store_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
 //   ns16_out: X[offset X + z count + i] = f32(C[offset C + z count + i]) / scale
 // prm: [count, offset X, offset C, eps bits, batch, scale bits]; X: the float32 matrices.
 @group(0) @binding(4) var<storage, read_write> X: array<f32>;
-var<workgroup> red: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn ns16_in(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -125,13 +126,7 @@ fn ns16_in(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let xb = prm[1] + z * n; let cb = prm[2] + z * n;
     var s = 0.0;
     for (var i = lid; i < n; i = i + 256u) { let v = X[xb + i]; s = s + v * v; }
-    red[lid] = s;
-    for (var w = 128u; w > 0u; w = w / 2u) {
-        workgroupBarrier();
-        if (lid < w) { red[lid] = red[lid] + red[lid + w]; }
-    }
-    workgroupBarrier();
-    let f = bitcast<f32>(prm[5]) / max(sqrt(red[0]), bitcast<f32>(prm[3]));
+    let f = bitcast<f32>(prm[5]) / max(sqrt(wg_sum(lid, s)), bitcast<f32>(prm[3]));
     for (var i = lid; i < n; i = i + 256u) { C[cb + i] = f16(X[xb + i] * f); }
 }
 
@@ -150,6 +145,6 @@ fn ns16_out(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
 @compute @workgroup_size(256)
 fn copy16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+    let i = flat_index(wid, nwg, lid);
     if (i < prm[0]) { C[prm[2] + i] = A[prm[1] + i]; }
 }

@@ -17,13 +17,14 @@
 @group(0) @binding(7) var<storage, read> sc: array<f32>;
 @group(0) @binding(8) var<storage, read> mp: array<u32>;
 
+// #include "matrix_common.wgsl"
+
 fn f(k: u32) -> f32 { return bitcast<f32>(mp[k]); }
-fn index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 { return (wid.x + wid.y * nwg.x) * 256u + lid; }
 
 @compute @workgroup_size(256)
 fn kron_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
-    let i = index(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     if (i >= mp[0]) { return; }
     var g = grad[mp[1] + i] * bitcast<f32>(hyper[mp[4]]);
     if ((mp[3] & 1u) != 0u) { g = g + f(9u) * param[mp[1] + i]; }
@@ -36,7 +37,7 @@ fn kron_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
 @compute @workgroup_size(256)
 fn kron_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let i = index(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     if (i >= mp[0]) { return; }
     var u = ps[mp[2] + i] * sc[mp[5]];
     if ((mp[3] & 4u) != 0u) { u = u + f(9u) * param[mp[1] + i]; }
@@ -57,7 +58,7 @@ fn mix32(x: u32) -> u32 {  // (lowbias32)
 @compute @workgroup_size(256)
 fn kron_probe(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let i = index(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     if (i >= mp[0]) { return; }
     let e = mp[12] + i;
     let u1 = (f32(mix32(mp[11] ^ mix32(2u * e)) >> 8u) + 1.0) * 5.9604645e-8;
@@ -110,7 +111,7 @@ fn kron_trsm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
 @compute @workgroup_size(256)
 fn kron_terms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let i = index(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     if (i >= prm[0]) { return; }
     let t1 = sa[i]; let t2 = sb[i];
     sa[i] = t1 - t2;
@@ -121,7 +122,7 @@ fn kron_terms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 @compute @workgroup_size(256)
 fn kron_tri(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
-    let i = index(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     if (i >= prm[1]) { return; }
     let s = prm[0];
     let e = i % (s * s);
@@ -134,35 +135,12 @@ fn kron_tri(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
 @compute @workgroup_size(256)
 fn kron_sub(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
-    let i = index(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     if (i >= prm[0]) { return; }
     q[prm[1] + i] = q[prm[1] + i] - sb[i];
 }
 
-var<workgroup> red: array<f32, 256>;
 var<workgroup> arg: array<u32, 256>;
-
-fn reduce_sum(lid: u32, v: f32) -> f32 {
-    workgroupBarrier();
-    red[lid] = v;
-    for (var w = 128u; w > 0u; w = w / 2u) {
-        workgroupBarrier();
-        if (lid < w) { red[lid] = red[lid] + red[lid + w]; }
-    }
-    workgroupBarrier();
-    return red[0];
-}
-
-fn reduce_max(lid: u32, v: f32) -> f32 {
-    workgroupBarrier();
-    red[lid] = v;
-    for (var w = 128u; w > 0u; w = w / 2u) {
-        workgroupBarrier();
-        if (lid < w) { red[lid] = max(red[lid], red[lid + w]); }
-    }
-    workgroupBarrier();
-    return red[0];
-}
 
 // pytorch_optimizer's norm_lower_bound of each symmetric s x s matrix z of sb (from 0), in passes: a = S / max|S|;
 // j = argmax of a's column sums of squares (= row sums; the first of equals); x = a a_j; x /= max(|x|, tiny);
@@ -213,7 +191,7 @@ fn kron_nl_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         acc = acc + v * v;
     }
     if (what == 2u || what == 3u) {
-        let t = sqrt(reduce_sum(lid, acc));
+        let t = sqrt(wg_sum(lid, acc));
         if (lid == 0u) {
             if (what == 2u) { vals[2u * prm[1] + z] = max(t, 1.17549435e-38); }
             else { q[prm[2] + z] = vals[z] * t; }
@@ -246,7 +224,7 @@ fn kron_rms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let base = prm[1] + z * n;
     var acc = 0.0;
     for (var i = lid; i < n; i = i + 256u) { let v = sx[base + i]; acc = acc + v * v; }
-    let t = reduce_sum(lid, acc);
+    let t = wg_sum(lid, acc);
     if (lid == 0u) { vals[prm[3] + z] = min(1.1 / (sqrt(t / f32(n)) + 1e-6), 1.0); }
 }
 
@@ -261,10 +239,10 @@ fn kron_balance(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let b0 = prm[3] + z * m2; let b1 = prm[4] + z * n2;
     var a = 0.0;
     for (var i = lid; i < m2; i = i + 256u) { a = max(a, abs(q[b0 + i])); }
-    let n0 = reduce_max(lid, a);
+    let n0 = wg_max(lid, a);
     var b = 0.0;
     for (var i = lid; i < n2; i = i + 256u) { b = max(b, abs(sa[b1 + i])); }
-    let n1 = reduce_max(lid, b);
+    let n1 = wg_max(lid, b);
     let gm = sqrt(n0 * n1);
     let f0 = gm / n0; let f1 = gm / n1;
     for (var i = lid; i < m2; i = i + 256u) { q[b0 + i] = q[b0 + i] * f0; }

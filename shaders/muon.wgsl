@@ -11,18 +11,14 @@
 @group(0) @binding(4) var<storage, read_write> scratch: array<f32>;
 @group(0) @binding(5) var<storage, read> mp: array<u32>;
 
-fn f(k: u32) -> f32 { return bitcast<f32>(mp[k]); }
+// #include "matrix_common.wgsl"
 
-// torch.lerp with a scalar weight (torch switches formula at w = 0.5)
-fn lerp1(a: f32, b: f32, w: f32) -> f32 {
-    if (w < 0.5) { return a + w * (b - a); }
-    return b - (b - a) * (1.0 - w);
-}
+fn f(k: u32) -> f32 { return bitcast<f32>(mp[k]); }
 
 @compute @workgroup_size(256)
 fn muon_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+    let i = flat_index(wid, nwg, lid);
     if (i >= mp[0]) { return; }
     let g = grad[mp[1] + i] * bitcast<f32>(hyper[mp[4]]);
     let b = lerp1(buf[mp[1] + i], g, f(5u));
@@ -33,7 +29,7 @@ fn muon_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
 @compute @workgroup_size(256)
 fn muon_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+    let i = flat_index(wid, nwg, lid);
     if (i >= mp[0]) { return; }
     param[mp[1] + i] = param[mp[1] + i] * f(7u) + f(8u) * scratch[mp[2] + i];
 }

@@ -20,20 +20,14 @@
 @group(0) @binding(8) var<storage, read_write> nrm: array<f32>;
 @group(0) @binding(9) var<storage, read> mp: array<u32>;
 
+// #include "matrix_common.wgsl"
+
 fn f(k: u32) -> f32 { return bitcast<f32>(mp[k]); }
-
-// torch.lerp with a scalar weight (torch switches formula at w = 0.5)
-fn lerp1(a: f32, b: f32, w: f32) -> f32 {
-    if (w < 0.5) { return a + w * (b - a); }
-    return b - (b - a) * (1.0 - w);
-}
-
-fn index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 { return (wid.x + wid.y * nwg.x) * 256u + lid; }
 
 @compute @workgroup_size(256)
 fn soap_gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
-    let i = index(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     if (i >= mp[0]) { return; }
     let g = grad[mp[1] + i] * bitcast<f32>(hyper[mp[4]]);
     gs[mp[2] + i] = g;
@@ -47,7 +41,7 @@ fn soap_gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 @compute @workgroup_size(256)
 fn soap_precond(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
-    let i = index(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     if (i >= mp[0]) { return; }
     let gp = ps[mp[2] + i];
     let v = lerp1(ev[mp[1] + i], gp * gp, f(7u));
@@ -58,7 +52,7 @@ fn soap_precond(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 @compute @workgroup_size(256)
 fn soap_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let i = index(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     if (i >= mp[0]) { return; }
     var u = ps[mp[2] + i];
     if ((mp[3] & 2u) != 0u) { u = u / nrm[mp[5]]; }
@@ -75,15 +69,13 @@ fn soap_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 @compute @workgroup_size(256)
 fn soap_lerp(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-    let i = index(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     if (i >= prm[0]) { return; }
     dst[prm[1] + i] = lerp1(dst[prm[1] + i], src[prm[2] + i], bitcast<f32>(prm[3]));
 }
 
 // dst[slot0 + z] = sqrt(mean(src matrix z ^ 2)) + eps for the run's matrices (workgroup z);
 // prm: [elements a matrix, offset of the first, batch, eps bits, slot0]
-var<workgroup> red: array<f32, 256>;
-
 @compute @workgroup_size(256)
 fn soap_rms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
@@ -93,11 +85,6 @@ fn soap_rms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let base = prm[1] + z * n;
     var s = 0.0;
     for (var i = lid; i < n; i = i + 256u) { let v = src[base + i]; s = s + v * v; }
-    red[lid] = s;
-    for (var w = 128u; w > 0u; w = w / 2u) {
-        workgroupBarrier();
-        if (lid < w) { red[lid] = red[lid] + red[lid + w]; }
-    }
-    workgroupBarrier();
-    if (lid == 0u) { dst[prm[4] + z] = sqrt(red[0] / f32(n)) + bitcast<f32>(prm[3]); }
+    let t = wg_sum(lid, s);
+    if (lid == 0u) { dst[prm[4] + z] = sqrt(t / f32(n)) + bitcast<f32>(prm[3]); }
 }
