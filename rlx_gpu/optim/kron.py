@@ -10,8 +10,7 @@ import numpy as np
 
 from .. import linalg
 from ..reference import kron as ref
-from ..runtime.kernels import shipped_kernel
-from .matrix import REC_BYTES, MatrixOptimizer
+from .matrix import MatrixOptimizer
 
 F32 = np.float32
 
@@ -44,6 +43,7 @@ class Kron(MatrixOptimizer):
     State: step, momentum_buffer, Q_0, Q_1 (pytorch_optimizer's list Q).
     """
     spec = ref.Kron
+    wgsl = "kron.wgsl"
     factor_states = {"Q_0": 0, "Q_1": 1}
 
     def __init__(self, params, *args, probe=None, **kwargs):
@@ -64,14 +64,8 @@ class Kron(MatrixOptimizer):
         self.spec.check_shapes(type(self).__name__, self._shapes,
                                min(g["max_size_triangular"] for g in self.param_groups))
 
-    def fill(self, g, t, fresh, sel):
-        return {}, {}
-
     def _max_dispatches(self) -> int:
         return 3 * self._pieces_count() + 48 * len(self._names) + 8
-
-    def _k(self, entry):
-        return shipped_kernel(self.device, "kron.wgsl", entry)
 
     # -- the step --------------------------------------------------------------------------------------------
     def _begin_checks(self, grads, check: bool):
@@ -91,7 +85,7 @@ class Kron(MatrixOptimizer):
         keep = []
         k, update, bal, probes = self._plan
         seed = int(self.param_groups[0]["seed"])
-        gm_word = len(self._names) * self.record.size + self.record.global_word("grad_mul")
+        gm_word = self._grad_mul_word()
         words = np.zeros((self._mp.size // 4,), np.uint32)
         runs = self._runs(self._settings)
         for shape, run, (into, plr), rows in runs:
@@ -107,15 +101,10 @@ class Kron(MatrixOptimizer):
                 wd, lr = g["weight_decay"], g["lr"] * self._scale[t]
                 flags = (1 if wd and not g["weight_decouple"] else 0) | (0 if into else 2) | \
                     (4 if wd and g["weight_decouple"] else 0)
-                b, i = self._where[t]
-                for r, (c, off, ln, toff) in enumerate(b.layout.pieces[i], self._rec[t]):
-                    o = r * REC_BYTES // 4
-                    words[o:o + 6] = [ln, off, self._slot[t] * shape[0] * shape[1] + toff, flags, gm_word,
-                                      self._slot[t]]
-                    words[o + 6:o + 11] = np.array([g["momentum"], 1 - g["momentum"], 1 - g["momentum"] ** step, wd,
-                                                    -lr], F32).view(np.uint32)
-                    words[o + 11:o + 13] = [key, toff]
-                    rows.append((r, b, c, ln))
+                rows += self._piece_records(words, t, self._slot[t] * shape[0] * shape[1],
+                                            [flags, gm_word, self._slot[t]],
+                                            [g["momentum"], 1 - g["momentum"], 1 - g["momentum"] ** step, wd, -lr],
+                                            extra=lambda toff, key=key: (key, toff))
         self.device.queue.write_buffer(self._mp, 0, words)
         for shape, run, setting, rows in runs:
             self._encode_run(enc, shape, run, setting, rows, update, bal, keep)
@@ -190,7 +179,7 @@ class Kron(MatrixOptimizer):
             self._binds[key] = k.bind({"hyper": self._hyper, "grad": b.grad.buffers[c],
                                        "buf": b.states["momentum_buffer"].buffers[c], "param": b.param.buffers[c],
                                        "ds": w["ds"], "hs": w["hs"], "ps": w["as"], "sc": w["scale"], "vs": w["vs"],
-                                       "mp": (self._mp, r * REC_BYTES, REC_BYTES)})
+                                       "mp": self._record_range(r)})
         return self._binds[key]
 
     def _after_submit(self) -> None:

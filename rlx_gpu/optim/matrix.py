@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine import Optimizer
+from ..runtime.kernels import shipped_kernel
 
 F32 = np.float32
 
@@ -44,6 +45,41 @@ class MatrixOptimizer(Optimizer):
         self._mp = dev.buffer(REC_BYTES * r, f"{name}.pieces")
         self._keep: list = []  # (this step's parameter buffers, until the next step)
         self._cache: dict = {}  # (rlx_gpu.linalg's work and parameter buffers, made once per setting)
+
+    #: The subclass's shader file (``_k`` compiles its entry points).
+    wgsl = ""
+
+    def fill(self, g, t, fresh, sel):
+        """No per-tensor record fields: the kernels read the pieces' records (``_piece_records``) instead."""
+        return {}, {}
+
+    def _k(self, entry):
+        return shipped_kernel(self.device, self.wgsl, entry, **self._kernel_constants())
+
+    def _kernel_constants(self) -> dict:
+        return {}
+
+    def _grad_mul_word(self) -> int:
+        """The word of the hyper buffer holding this step's grad factor (clip, loss scale)."""
+        return len(self._names) * self.record.size + self.record.global_word("grad_mul")
+
+    def _piece_records(self, words, t, at: int, ints, floats=(), extra=None) -> list:
+        """Tensor ``t``'s piece records into ``words`` (REC_BYTES apart from its first): [count, offset in the chunk,
+        ``at`` + offset in the tensor, *ints, *floats (float32 bits), *extra(offset in the tensor)]; returns
+        (record, bucket, chunk, count) per piece, for the dispatches."""
+        b, i = self._where[t]
+        fl = np.array(floats, F32).view(np.uint32)
+        rows = []
+        for r, (c, off, ln, toff) in enumerate(b.layout.pieces[i], self._rec[t]):
+            rec = [ln, off, at + toff, *ints, *fl, *(extra(toff) if extra else ())]
+            w = r * REC_BYTES // 4
+            words[w:w + len(rec)] = rec
+            rows.append((r, b, c, ln))
+        return rows
+
+    def _record_range(self, r: int) -> tuple:
+        """Piece record ``r`` as a binding range of the records' buffer."""
+        return (self._mp, r * REC_BYTES, REC_BYTES)
 
     def _check_matrices(self) -> None:
         """The subclass's shape checks (2-D tensors at least), before anything is grouped by shape."""

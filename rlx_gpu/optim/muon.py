@@ -6,8 +6,7 @@ import numpy as np
 
 from .. import linalg
 from ..reference import muon as ref
-from ..runtime.kernels import shipped_kernel
-from .matrix import REC_BYTES, MatrixOptimizer
+from .matrix import MatrixOptimizer
 
 
 class Muon(MatrixOptimizer):
@@ -31,6 +30,7 @@ class Muon(MatrixOptimizer):
     State (torch's names): step, momentum_buffer.
     """
     spec = ref.Muon
+    wgsl = "muon.wgsl"
 
     def __init__(self, params, *args, **kwargs):
         super().__init__(params, *args, **kwargs)  # (the float32 and 2-D checks, the shape groups: .matrix)
@@ -46,9 +46,6 @@ class Muon(MatrixOptimizer):
         if any(g["ns_dtype"] == "float16" for g in self.param_groups):
             linalg.f16_device(self.device, "Muon(ns_dtype='float16')")
 
-    def fill(self, g, t, fresh, sel):
-        return {}, {}
-
     def _max_dispatches(self) -> int:
         """Every tensor piece's two kernels and, at worst, a Newton-Schulz of its own with the most steps allowed
         (the checked step's indirect-argument buffer is sized once: groups may change ns_steps later)."""
@@ -58,7 +55,7 @@ class Muon(MatrixOptimizer):
         """Momentum into the shape's scratch, Newton-Schulz batched per shape (and per group's settings), update."""
         dev, keep = self.device, []
         self._ensure("momentum_buffer")
-        gm_word = len(self._names) * self.record.size + self.record.global_word("grad_mul")
+        gm_word = self._grad_mul_word()
         words = np.zeros((self._mp.size // 4,), np.uint32)
         jobs = []
         for shape, ts in self._groups.items():
@@ -75,18 +72,13 @@ class Muon(MatrixOptimizer):
                     g = self.param_groups[self._group_of[t]]
                     lr = g["lr"] * self._scale[t]
                     adj = ref.adjusted_lr(lr, g["adjust_lr_fn"], shape)
-                    b, i = self._where[t]
-                    for r, (c, off, ln, toff) in enumerate(b.layout.pieces[i], self._rec[t]):
-                        w = r * REC_BYTES // 4
-                        words[w:w + 5] = [ln, off, (base + slot) * shape[0] * shape[1] + toff, int(g["nesterov"]), gm_word]
-                        words[w + 5:w + 9] = np.array([1 - g["momentum"], g["momentum"], 1 - lr * g["weight_decay"],
-                                                       -adj], np.float32).view(np.uint32)
-                        rows.append((r, b, c, ln))
+                    rows += self._piece_records(words, t, (base + slot) * shape[0] * shape[1],
+                                                [int(g["nesterov"]), gm_word],
+                                                [1 - g["momentum"], g["momentum"], 1 - lr * g["weight_decay"], -adj])
                 jobs.append((shape, base, len(members), steps, coeffs, eps, dt, rows))
                 base += len(members)
         dev.queue.write_buffer(self._mp, 0, words)
-        km = shipped_kernel(dev, "muon.wgsl", "muon_momentum")
-        ka = shipped_kernel(dev, "muon.wgsl", "muon_apply")
+        km, ka = self._k("muon_momentum"), self._k("muon_apply")
         for shape, base, count, steps, coeffs, eps, dt, rows in jobs:
             scratch = self._scratch[shape]
             for (r, b, c, ln) in rows:
@@ -103,5 +95,5 @@ class Muon(MatrixOptimizer):
             self._binds[key] = k.bind({"hyper": self._hyper, "grad": b.grad.buffers[c],
                                        "buf": b.states["momentum_buffer"].buffers[c], "param": b.param.buffers[c],
                                        "scratch": scratch,
-                                       "mp": (self._mp, r * REC_BYTES, REC_BYTES)})
+                                       "mp": self._record_range(r)})
         return self._binds[key]

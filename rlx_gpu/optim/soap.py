@@ -14,8 +14,7 @@ from threadpoolctl import threadpool_limits
 from .. import linalg
 from ..core.groups import MAX_STEP
 from ..reference import soap as ref
-from ..runtime.kernels import shipped_kernel
-from .matrix import REC_BYTES, MatrixOptimizer
+from .matrix import MatrixOptimizer
 
 F32 = np.float32
 _BLAS_LOCK = threading.Lock()  # (threadpool_limits changes the process's BLAS setting: one SOAP at a time holds it)
@@ -43,6 +42,7 @@ class SOAP(MatrixOptimizer):
     State (pytorch_optimizer's names): step, exp_avg, exp_avg_sq, GG_0, GG_1, Q_0, Q_1 (its lists GG and Q).
     """
     spec = ref.SOAP
+    wgsl = "soap.wgsl"
     factor_states = {"GG_0": 0, "Q_0": 0, "GG_1": 1, "Q_1": 1}
 
     def __init__(self, params, *args, **kwargs):
@@ -53,21 +53,15 @@ class SOAP(MatrixOptimizer):
             w["nrm"] = self.device.buffer(4 * B, f"SOAP.nrm{(m, n)}")
             w["M_0"], w["M_1"] = (self.device.buffer(4 * B * s * s, f"SOAP.M{(m, n)}") for s in (m, n))
 
-    def fill(self, g, t, fresh, sel):
-        return {}, {}
-
     def _max_dispatches(self) -> int:
         return 3 * self._pieces_count() + 16 * len(self._names) + 8
-
-    def _k(self, entry):
-        return shipped_kernel(self.device, "soap.wgsl", entry)
 
     # -- the step --------------------------------------------------------------------------------------------
     def _encode(self, enc) -> None:
         """Per shape: runs of consecutive matrices with a grad, the same kind of step (first or later) and the
         same settings, each run batched."""
         keep = []
-        gm_word = len(self._names) * self.record.size + self.record.global_word("grad_mul")
+        gm_word = self._grad_mul_word()
         words = np.zeros((self._mp.size // 4,), np.uint32)
         jobs = self._runs(self._settings)
         for shape, run, setting, rows in jobs:
@@ -77,14 +71,10 @@ class SOAP(MatrixOptimizer):
                 lr = g["lr"] * self._scale[t]
                 s = min(int(self._steps[t]) + 1, MAX_STEP) - 1  # (this step's s = step - 1, as pytorch_optimizer)
                 ss = ref.step_size(dict(g, lr=lr), s) if update else 0.0
-                b, i = self._where[t]
-                for r, (c, off, ln, toff) in enumerate(b.layout.pieces[i], self._rec[t]):
-                    w = r * REC_BYTES // 4
-                    words[w:w + 6] = [ln, off, self._slot[t] * shape[0] * shape[1] + toff,
-                                      int(update) | 2 * int(setting[2]), gm_word, self._slot[t]]
-                    words[w + 6:w + 11] = np.array([1 - g["betas"][0], 1 - g["betas"][1], g["eps"], -ss,
-                                                    1 - lr * g["weight_decay"]], F32).view(np.uint32)
-                    rows.append((r, b, c, ln))
+                rows += self._piece_records(words, t, self._slot[t] * shape[0] * shape[1],
+                                            [int(update) | 2 * int(setting[2]), gm_word, self._slot[t]],
+                                            [1 - g["betas"][0], 1 - g["betas"][1], g["eps"], -ss,
+                                             1 - lr * g["weight_decay"]])
         self.device.queue.write_buffer(self._mp, 0, words)
         for shape, run, setting, rows in jobs:
             self._encode_run(enc, shape, run, setting, rows, keep)
@@ -146,7 +136,7 @@ class SOAP(MatrixOptimizer):
             self._binds[key] = k.bind({"hyper": self._hyper, "grad": b.grad.buffers[c],
                                        "ea": b.states["exp_avg"].buffers[c], "ev": b.states["exp_avg_sq"].buffers[c],
                                        "param": b.param.buffers[c], "gs": w["gs"], "ms": w["ms"], "ps": w["ps"],
-                                       "nrm": w["nrm"], "mp": (self._mp, r * REC_BYTES, REC_BYTES)})
+                                       "nrm": w["nrm"], "mp": self._record_range(r)})
         return self._binds[key]
 
     # -- the host's part: decompositions after the steps that need them -----------------------------------------

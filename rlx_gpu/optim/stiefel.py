@@ -8,8 +8,7 @@ import numpy as np
 
 from .. import linalg
 from ..reference import stiefel as ref
-from ..runtime.kernels import shipped_kernel
-from .matrix import REC_BYTES, MatrixOptimizer
+from .matrix import MatrixOptimizer
 
 
 class StiefelSGD(MatrixOptimizer):
@@ -30,6 +29,7 @@ class StiefelSGD(MatrixOptimizer):
     State (geoopt's names): step[, momentum_buffer].
     """
     spec = ref.StiefelSGD
+    wgsl = "stiefel.wgsl"
     fields = ("wd", "mu", "omd", "neg_lr")
     flags = ("nesterov", "seed")
 
@@ -58,13 +58,13 @@ class StiefelSGD(MatrixOptimizer):
     def _max_dispatches(self) -> int:
         return 2 * self._pieces_count() + 2 * len(self._names) * 16 + 8
 
-    def _k(self, entry):
-        return shipped_kernel(self.device, "stiefel.wgsl", entry, **self._consts)
+    def _kernel_constants(self) -> dict:
+        return self._consts
 
     def _encode(self, enc) -> None:
         """Per shape (and momentum on or off): gather, project, momentum, QR twice, transport, scatter."""
         dev, keep = self.device, []
-        gm_word = len(self._names) * self.record.size + self.record.global_word("grad_mul")
+        gm_word = self._grad_mul_word()
         words = np.zeros((self._mp.size // 4,), np.uint32)
         jobs = []
         for shape, ts in self._groups.items():
@@ -77,12 +77,8 @@ class StiefelSGD(MatrixOptimizer):
                 q = (2 if mom else 1) * shape[1] if can else 0
                 rows = []
                 for slot, t in enumerate(members):
-                    b, i = self._where[t]
-                    for r, (c, off, ln, toff) in enumerate(b.layout.pieces[i], self._rec[t]):
-                        w = r * REC_BYTES // 4
-                        words[w:w + 8] = [ln, off, slot * shape[0] * shape[1] + toff, t * self.record.size, gm_word,
-                                          int(mom), q, shape[1]]
-                        rows.append((r, b, c, ln))
+                    rows += self._piece_records(words, t, slot * shape[0] * shape[1],
+                                                [t * self.record.size, gm_word, int(mom), q, shape[1]])
                 jobs.append((shape, members, mom, q, rows))
         dev.queue.write_buffer(self._mp, 0, words)
         for shape, members, mom, q, rows in jobs:
@@ -173,5 +169,5 @@ class StiefelSGD(MatrixOptimizer):
         if key not in self._binds:
             self._binds[key] = k.bind({"hyper": self._hyper, "grad": b.grad.buffers[c], "buf": buf,
                                        "param": b.param.buffers[c], "xs": w["xs"], "gs": w["gs"], "ms": w["ms"],
-                                       "ys": w["ys"], "vv": vv, "mp": (self._mp, r * REC_BYTES, REC_BYTES)})
+                                       "ys": w["ys"], "vv": vv, "mp": self._record_range(r)})
         return self._binds[key]
