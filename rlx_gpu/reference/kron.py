@@ -30,8 +30,8 @@ import zlib
 
 import numpy as np
 
-from .base import F32, ReferenceOptimizer
-from .muon import matrices_only
+from .base import F32
+from .matrix import MatrixTwin, matrices_only
 
 TINY = F32(np.finfo(np.float32).tiny)  # (pytorch_optimizer's eps: torch.finfo(torch.bfloat16).tiny, the same number)
 SIDES = ("Q_0", "Q_1")
@@ -115,7 +115,7 @@ def balance(q0, q1) -> None:
     q1 *= gm / n1
 
 
-class Kron(ReferenceOptimizer):
+class Kron(MatrixTwin):
     """Kron: PSGD with Kronecker-factored triangular preconditioners (pytorch_optimizer.Kron), 2-D tensors."""
     defaults = dict(lr=1e-3, momentum=0.9, weight_decay=0.0, weight_decouple=True, precond_update_prob=None,
                     max_size_triangular=8192, momentum_into_precondition_update=True, precond_lr=0.1,
@@ -162,13 +162,12 @@ class Kron(ReferenceOptimizer):
     def __init__(self, params, *args, probe=None, **kwargs):
         check_probe(type(self).__name__, probe)
         super().__init__(params, *args, **kwargs)
-        self.check_shapes(type(self).__name__, self._shapes, min(g["max_size_triangular"] for g in self.param_groups))
-        for n, p in self.params.items():
-            if p.dtype != F32:
-                raise ValueError(f"Kron: {n!r} is {p.dtype}; Kron keeps float32 params")
         #: The probe source: a callable (name, shape, step) -> float32 array of that shape (None: device_probe of the
         #: first group's seed). Not saved in checkpoints (pass it again after loading).
         self.probe = probe
+
+    def _check_matrices(self) -> None:
+        self.check_shapes(type(self).__name__, self._shapes, min(g["max_size_triangular"] for g in self.param_groups))
 
     def _new_state(self, s, shape, group):
         if s in SIDES:  # (scale^(1/2) I: the init scale spread over the two factors)

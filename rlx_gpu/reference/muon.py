@@ -16,7 +16,8 @@ import math
 import numpy as np
 
 from .adam import lerp
-from .base import F32, ReferenceOptimizer
+from .base import F32
+from .matrix import MatrixTwin
 
 
 def newton_schulz_np(g: np.ndarray, ns_steps=5, ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-7) -> np.ndarray:
@@ -34,14 +35,6 @@ def newton_schulz_np(g: np.ndarray, ns_steps=5, ns_coefficients=(3.4445, -4.775,
     return np.ascontiguousarray(x.T if tall else x)
 
 
-def matrices_only(owner: str, algorithm: str, shapes: dict) -> None:
-    """ValueError naming the first tensor that is not 2-D (the matrix optimizers take matrices only)."""
-    for n, s in shapes.items():
-        if len(s) != 2:
-            raise ValueError(f"{owner}: {algorithm} only supports 2-D tensors; {n!r} has shape {tuple(s)} "
-                             "(route the others to another optimizer, e.g. with rlx_gpu.Partition)")
-
-
 def adjusted_lr(lr: float, fn, shape) -> float:
     A, B = shape[:2]
     if fn is None or fn == "original":
@@ -51,7 +44,7 @@ def adjusted_lr(lr: float, fn, shape) -> float:
     return lr
 
 
-class Muon(ReferenceOptimizer):
+class Muon(MatrixTwin):
     """Muon (Jordan et al. 2024): momentum orthogonalised by Newton-Schulz, as torch.optim.Muon; 2-D tensors only."""
     defaults = dict(lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
                     ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-7, ns_steps=5, adjust_lr_fn=None,
@@ -69,17 +62,6 @@ class Muon(ReferenceOptimizer):
             raise ValueError("Muon: ns_coefficients must be three numbers")
         if group["ns_dtype"] not in ("float32", "float16"):
             raise ValueError(f"Muon: ns_dtype must be 'float32' or 'float16', got {group['ns_dtype']!r}")
-
-    @classmethod
-    def check_shapes(cls, owner: str, shapes: dict) -> None:
-        matrices_only(owner, cls.__name__, shapes)
-
-    def __init__(self, params, *args, **kwargs):
-        super().__init__(params, *args, **kwargs)
-        self.check_shapes(type(self).__name__, self._shapes)
-        for n, p in self.params.items():
-            if p.dtype != F32:
-                raise ValueError(f"Muon: {n!r} is {p.dtype}; Muon keeps float32 params")
 
     def _update(self, p, g, st, group, fresh):
         mom = group["momentum"]

@@ -27,8 +27,8 @@ import math
 import numpy as np
 
 from .adam import lerp
-from .base import F32, ReferenceOptimizer
-from .muon import matrices_only
+from .base import F32
+from .matrix import MatrixTwin
 
 SIDES = (("GG_0", "Q_0"), ("GG_1", "Q_1"))
 
@@ -87,7 +87,7 @@ def needs_host(step: int, frequency: int) -> str | None:
     return "refresh" if step > 1 and (step - 1) % frequency == 0 else None
 
 
-class SOAP(ReferenceOptimizer):
+class SOAP(MatrixTwin):
     """SOAP: Adam in the eigenbasis of Shampoo's preconditioners (pytorch_optimizer.SOAP's semantics), 2-D tensors."""
     defaults = dict(lr=3e-3, betas=(0.95, 0.95), shampoo_beta=None, weight_decay=1e-2, precondition_frequency=10,
                     correct_bias=True, normalize_gradient=False, eps=1e-8)
@@ -106,10 +106,6 @@ class SOAP(ReferenceOptimizer):
             raise ValueError(f"SOAP: eps must be >= 0, got {group['eps']!r}")
 
     @classmethod
-    def check_shapes(cls, owner: str, shapes: dict) -> None:
-        matrices_only(owner, cls.__name__, shapes)
-
-    @classmethod
     def state_shape(cls, state, shape):
         if state in ("GG_0", "Q_0"):
             return (shape[0], shape[0])
@@ -119,10 +115,6 @@ class SOAP(ReferenceOptimizer):
 
     def __init__(self, params, *args, **kwargs):
         super().__init__(params, *args, **kwargs)
-        self.check_shapes(type(self).__name__, self._shapes)
-        for n, p in self.params.items():
-            if p.dtype != F32:
-                raise ValueError(f"SOAP: {n!r} is {p.dtype}; SOAP keeps float32 params")
         if self.precision["state_dtype"] != "float32":
             raise ValueError(f"SOAP: state_dtype must be float32, got {self.precision['state_dtype']!r}")
 
