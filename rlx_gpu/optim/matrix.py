@@ -125,14 +125,18 @@ class MatrixOptimizer(Optimizer):
                 key0 = k
         return runs
 
-    def _factors(self, t, names=None) -> dict:
-        """Tensor ``t``'s factors (or the square matrices ``names`` of its shape's buffers, ending in their side),
-        downloaded."""
-        shape, slot = self._shapes[self._names[t]], self._slot[t]
-        out = {}
-        for k in names or self.factor_states:
-            s = shape[self.factor_states.get(k, int(k[-1]))]
-            out[k] = self.device.read(self._work[shape][k], 4 * slot * s * s, 4 * s * s, out=np.empty((s, s), F32))
+    def _factors(self, wanted: dict) -> dict:
+        """``{t: names}`` -> ``{t: {name: matrix}}``: tensors' factors (or other square matrices of their shape's
+        buffers, named ending in their side: ``M_0``), downloaded in one batched transfer."""
+        out, items = {}, []
+        for t, names in wanted.items():
+            shape, slot = self._shapes[self._names[t]], self._slot[t]
+            out[t] = {}
+            for k in names:
+                s = shape[self.factor_states.get(k, int(k[-1]))]
+                m = out[t][k] = np.empty((s, s), F32)
+                items.append((self._work[shape][k], 4 * slot * s * s, m.reshape(-1).view(np.uint8)))
+        self.device.transfer.download(items)
         return out
 
     def _put_factors(self, t, factors: dict) -> None:
@@ -145,9 +149,10 @@ class MatrixOptimizer(Optimizer):
         with self.lock:
             sd = super().state_dict()
             if self.factor_states:
-                for t, n in enumerate(self._names):
-                    if n in sd["state"]:
-                        sd["state"][n].update(self._factors(t))
+                got = self._factors({t: tuple(self.factor_states) for t, n in enumerate(self._names)
+                                     if n in sd["state"]})
+                for t, f in got.items():
+                    sd["state"][self._names[t]].update(f)
             return sd
 
     def load_state_dict(self, sd: dict, cast: bool = False, params: dict | None = None) -> None:

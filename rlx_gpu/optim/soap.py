@@ -149,8 +149,8 @@ class SOAP(MatrixOptimizer):
             int(self._steps[t]), self.param_groups[self._group_of[t]]["precondition_frequency"])] if what]
         if not todo:
             return
-        facts = {t: self._factors(t, ("GG_0", "GG_1") if what == "init" else ("M_0", "M_1", "Q_0", "Q_1"))
-                 for t, what in todo}
+        facts = self._factors({t: ("GG_0", "GG_1") if what == "init" else ("M_0", "M_1", "Q_0", "Q_1")
+                               for t, what in todo})
         jobs = [(t, i, what) for t, what in todo for i in (0, 1)]
 
         def side(job):
@@ -162,10 +162,14 @@ class SOAP(MatrixOptimizer):
         with _BLAS_LOCK, threadpool_limits(limits=1, user_api="blas"), \
                 ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as ex:
             new = dict(zip([(t, i) for t, i, _ in jobs], ex.map(side, jobs)))
+        per_bucket: dict = {}  # (the refreshed tensors' second moments re-ordered: one transfer each way a bucket)
         for t, what in todo:
             self._put_factors(t, {"Q_0": new[t, 0][0], "Q_1": new[t, 1][0]})
             if what == "refresh":
                 b, i = self._where[t]
-                ev = b.states["exp_avg_sq"].read_many([i])[0].reshape(self._shapes[self._names[t]])
-                ev = np.take(np.take(ev, new[t, 0][1], axis=0), new[t, 1][1], axis=1)
-                b.states["exp_avg_sq"].write_many([(i, ev)])
+                per_bucket.setdefault(id(b), (b, []))[1].append((t, i))
+        for b, tis in per_bucket.values():
+            arena = b.states["exp_avg_sq"]
+            evs = arena.read_many([i for _, i in tis])
+            arena.write_many([(i, np.take(np.take(ev.reshape(self._shapes[self._names[t]]), new[t, 0][1], axis=0),
+                                          new[t, 1][1], axis=1)) for (t, i), ev in zip(tis, evs)])
