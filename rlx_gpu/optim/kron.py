@@ -60,10 +60,6 @@ class Kron(MatrixOptimizer):
             w["nl"] = self.device.buffer(12 * B, f"Kron.nl{(m, n)}")
             w["bound"], w["scale"] = self.device.buffer(4 * B, "Kron.bound"), self.device.buffer(4 * B, "Kron.scale")
 
-    def _check_matrices(self) -> None:
-        self.spec.check_shapes(type(self).__name__, self._shapes,
-                               min(g["max_size_triangular"] for g in self.param_groups))
-
     def _max_dispatches(self) -> int:
         return 3 * self._pieces_count() + 48 * len(self._names) + 8
 

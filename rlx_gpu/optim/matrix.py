@@ -83,7 +83,7 @@ class MatrixOptimizer(Optimizer):
 
     def _check_matrices(self) -> None:
         """The subclass's shape checks (2-D tensors at least), before anything is grouped by shape."""
-        self.spec.check_shapes(type(self).__name__, self._shapes)
+        self.spec.check_shapes(type(self).__name__, self._shapes, self.param_groups)
 
     def _pieces_count(self) -> int:
         return sum(len(b.layout.pieces[i]) for b, i in self._where)

@@ -9,7 +9,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from .. import linalg
 from ..core.groups import MAX_STEP
@@ -17,7 +17,8 @@ from ..reference import soap as ref
 from .matrix import MatrixOptimizer
 
 F32 = np.float32
-_BLAS_LOCK = threading.Lock()  # (threadpool_limits changes the process's BLAS setting: one SOAP at a time holds it)
+_BLAS_LOCK = threading.Lock()  # (limiting changes the process's BLAS setting: one SOAP at a time holds it)
+_BLAS: list = []  # (the process's threadpool controller, made once: making one scans the loaded libraries)
 
 
 class SOAP(MatrixOptimizer):
@@ -159,9 +160,12 @@ class SOAP(MatrixOptimizer):
             return ref.host_work(what, [mat], [facts[t].get(f"Q_{i}")])[0]
         # every side of every tensor decomposed in parallel (LAPACK releases the GIL), BLAS held to one thread in
         # each: nested BLAS threads thrash (six workers over a two-thread BLAS were 7x slower than one at a time)
-        with _BLAS_LOCK, threadpool_limits(limits=1, user_api="blas"), \
-                ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as ex:
-            new = dict(zip([(t, i) for t, i, _ in jobs], ex.map(side, jobs)))
+        with _BLAS_LOCK:
+            if not _BLAS:
+                _BLAS.append(ThreadpoolController())
+            with _BLAS[0].limit(limits=1, user_api="blas"), \
+                    ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as ex:
+                new = dict(zip([(t, i) for t, i, _ in jobs], ex.map(side, jobs)))
         per_bucket: dict = {}  # (the refreshed tensors' second moments re-ordered: one transfer each way a bucket)
         for t, what in todo:
             self._put_factors(t, {"Q_0": new[t, 0][0], "Q_1": new[t, 1][0]})

@@ -140,8 +140,9 @@ class Kron(MatrixTwin):
             raise ValueError(f"Kron: max_size_triangular must be an int >= 2, got {group['max_size_triangular']!r}")
 
     @classmethod
-    def check_shapes(cls, owner: str, shapes: dict, limit: int = 8192) -> None:
+    def check_shapes(cls, owner: str, shapes: dict, groups=()) -> None:
         matrices_only(owner, cls.__name__, shapes)
+        limit = min((g["max_size_triangular"] for g in groups), default=cls.defaults["max_size_triangular"])
         for n, s in shapes.items():
             if min(s) < 2 or max(s) > limit:
                 raise ValueError(f"{owner}: Kron keeps a triangular factor for each side; {n!r} has shape "
@@ -165,9 +166,6 @@ class Kron(MatrixTwin):
         #: The probe source: a callable (name, shape, step) -> float32 array of that shape (None: device_probe of the
         #: first group's seed). Not saved in checkpoints (pass it again after loading).
         self.probe = probe
-
-    def _check_matrices(self) -> None:
-        self.check_shapes(type(self).__name__, self._shapes, min(g["max_size_triangular"] for g in self.param_groups))
 
     def _new_state(self, s, shape, group):
         if s in SIDES:  # (scale^(1/2) I: the init scale spread over the two factors)

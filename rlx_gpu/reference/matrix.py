@@ -17,7 +17,9 @@ class MatrixTwin(ReferenceOptimizer):
     """A twin of 2-D float32 params: ``check_shapes`` (the class's; the GPU class asks the same) and the dtype."""
 
     @classmethod
-    def check_shapes(cls, owner: str, shapes: dict) -> None:
+    def check_shapes(cls, owner: str, shapes: dict, groups=()) -> None:
+        """ValueError naming the first tensor of ``shapes`` this optimizer cannot take (``groups``: its param groups,
+        for limits that are hyperparameters)."""
         matrices_only(owner, cls.__name__, shapes)
 
     def __init__(self, params, *args, **kwargs):
@@ -29,4 +31,4 @@ class MatrixTwin(ReferenceOptimizer):
                 raise ValueError(f"{name}: {n!r} is {p.dtype}; {name} keeps float32 params")
 
     def _check_matrices(self) -> None:
-        self.check_shapes(type(self).__name__, self._shapes)
+        self.check_shapes(type(self).__name__, self._shapes, self.param_groups)
