@@ -11,7 +11,8 @@
 
 const WG: u32 = 256u;
 
-fn gid(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 { return (wid.x + wid.y * nwg.x) * WG + lid; }
+// #include "matrix_common.wgsl"
+
 
 @compute @workgroup_size(256)
 fn chol(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -43,7 +44,7 @@ fn chol(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 @compute @workgroup_size(256)
 fn trsm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
-    let i = gid(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     let n = prm[0];
     let p = prm[1];
     if (i >= prm[2] * n) { return; }

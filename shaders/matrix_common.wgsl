@@ -1,4 +1,4 @@
-// What the matrix shaders share (included by muon.wgsl, soap.wgsl, kron.wgsl, gemm.wgsl, gemm16.wgsl): the flat
+// What the matrix shaders share (included by muon, soap, kron, stiefel, cholqr, gemm and gemm16 .wgsl): the flat
 // index of a 2-D grid of 256-thread workgroups, torch.lerp, and workgroup sums and maxima over 256 threads.
 
 fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 { return (wid.x + wid.y * nwg.x) * 256u + lid; }

@@ -46,13 +46,14 @@ override B_SEED: u32 = 0u;
 
 const WG: u32 = 256u;
 
+// #include "matrix_common.wgsl"
+
 fn hf(w: u32) -> f32 { return bitcast<f32>(hyper[w]); }
-fn gid(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 { return (wid.x + wid.y * nwg.x) * WG + lid; }
 
 @compute @workgroup_size(256)
 fn st_gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-    let i = gid(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     if (i >= mp[0]) { return; }
     let e = mp[1] + i;
     let j = mp[2] + i;
@@ -70,7 +71,7 @@ fn st_gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
 @compute @workgroup_size(256)
 fn st_scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let i = gid(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     if (i >= mp[0]) { return; }
     let e = mp[1] + i;
     let j = mp[2] + i;
@@ -88,7 +89,7 @@ fn st_scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 @compute @workgroup_size(256)
 fn st_sym(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
-    let i = gid(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     let p = prm[1];
     if (i >= prm[2] * p * p) { return; }
     let b = i / (p * p);
@@ -104,7 +105,7 @@ fn st_sym(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 @compute @workgroup_size(256)
 fn st_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
-    let i = gid(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     let np = prm[0] * prm[1];
     if (i >= prm[2] * np) { return; }
     let r = prm[8u + i / np];
@@ -125,7 +126,7 @@ fn st_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 @compute @workgroup_size(256)
 fn st_pack(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
-    let i = gid(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     let p = prm[1];
     let q = prm[3];
     if (i >= prm[2] * prm[0] * p) { return; }
@@ -144,7 +145,7 @@ fn st_pack(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 @compute @workgroup_size(256)
 fn st_augment(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let i = gid(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     let m = 2u * prm[1];
     let q = prm[3];
     let w = m + q;
@@ -222,7 +223,7 @@ fn st_solve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
 @compute @workgroup_size(256)
 fn st_extract(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let i = gid(wid, nwg, lid);
+    let i = flat_index(wid, nwg, lid);
     let m = 2u * prm[1];
     let q = prm[3];
     if (i >= prm[2] * m * q) { return; }
