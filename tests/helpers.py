@@ -65,3 +65,18 @@ def partition_with_adamw(cls, twin_cls, p0: dict, device, rng, atol: float, step
         alone.step({n: g[n] for n in p0})
     for n in p0:
         np.testing.assert_allclose(part.read_params()[n], alone.params[n], atol=atol, err_msg=n)
+
+
+def resumed(opt, path, rng, steps: int, device, prepare=None):
+    """``opt`` saved to ``path`` and loaded as a second optimizer (``prepare(other)`` then, e.g. to pass a probe
+    again), both stepped ``steps`` times with the same random grads: (opt, other) for the caller's comparison."""
+    opt.save(path)
+    other = type(opt).load(path, device=device)
+    if prepare is not None:
+        prepare(other)
+    shapes = {n: p.shape for n, p in opt.params.items()}
+    for _ in range(steps):
+        g = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+        opt.step(g)
+        other.step(g)
+    return opt, other

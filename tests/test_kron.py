@@ -12,7 +12,7 @@ import pytest
 import rlx_gpu
 from rlx_gpu.reference import Kron as Twin
 from rlx_gpu.reference.kron import device_probe, draws
-from helpers import partition_with_adamw, snapshot
+from helpers import partition_with_adamw, resumed, snapshot
 
 pytestmark = pytest.mark.gpu
 SHAPES = {"a": (16, 16), "b": (12, 20), "c": (24, 8)}
@@ -95,13 +95,8 @@ def test_large_sides_and_a_seeded_resume(device, tmp_path):
             np.testing.assert_allclose(gpu.read_params()[n], twin.params[n], atol=1e-6, err_msg=f"{s} {n}")
             for k in ("Q_0", "Q_1"):
                 np.testing.assert_allclose(st[n][k], twin.state[n][k], atol=1e-6, err_msg=f"{s} {n} {k}")
-    gpu.save(tmp_path / "ck")
-    other = rlx_gpu.Kron.load(tmp_path / "ck", device=device)
+    gpu, other = resumed(gpu, tmp_path / "ck", rng, 2, device)
     assert other.param_groups[0]["seed"] == 7
-    for _ in range(2):
-        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
-        gpu.step(g)
-        other.step(g)
     assert snapshot(gpu) == snapshot(other)
 
 
@@ -147,16 +142,11 @@ def test_around_the_step(device, tmp_path):
         for n in p0:
             np.testing.assert_allclose(gpu.read_params()[n], twin.params[n], atol=1e-6, err_msg=f"{s} {n}")
     assert calls and calls[0][:2] == ("a", (16, 16)) and {c[2] for c in calls} <= set(range(1, 6))
-    gpu.save(tmp_path / "ck")
-    other = rlx_gpu.Kron.load(tmp_path / "ck", device=device)
-    other.probe = probe
-    for _ in range(4):
-        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
-        gpu.step(g)
-        other.step(g)
+    gpu, other = resumed(gpu, tmp_path / "ck", rng, 4, device, prepare=lambda o: setattr(o, "probe", probe))
     assert snapshot(gpu) == snapshot(other)
 
     partition_with_adamw(rlx_gpu.Kron, Twin, p0, device, rng, atol=1e-6)
+
 
 def test_bad_input(device):
     good = np.ones((4, 4), np.float32)

@@ -18,7 +18,7 @@ import pytest
 
 import rlx_gpu
 from rlx_gpu.reference import SOAP as Twin
-from helpers import partition_with_adamw, snapshot
+from helpers import partition_with_adamw, resumed, snapshot
 
 pytestmark = pytest.mark.gpu
 SQUARE = {"a": (16, 16), "b": (16, 16), "c": (24, 24)}
@@ -139,15 +139,11 @@ def test_around_the_step(device, tmp_path):
             assert snapshot(gpu) == before
         for n in p0:
             np.testing.assert_allclose(gpu.read_params()[n], twin.params[n], atol=2e-6, err_msg=f"{s} {n}")
-    gpu.save(tmp_path / "ck")
-    other = rlx_gpu.SOAP.load(tmp_path / "ck", device=device)
-    for _ in range(3):  # (the next one refreshes)
-        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
-        gpu.step(g)
-        other.step(g)
+    gpu, other = resumed(gpu, tmp_path / "ck", rng, 3, device)  # (its next step refreshes)
     assert snapshot(gpu) == snapshot(other)
 
     partition_with_adamw(rlx_gpu.SOAP, Twin, p0, device, rng, atol=2e-6)
+
 
 def test_bad_input(device):
     good = np.ones((4, 4), np.float32)

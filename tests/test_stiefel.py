@@ -14,6 +14,7 @@ import pytest
 import rlx_gpu
 from rlx_gpu.reference import StiefelSGD as Twin
 from rlx_gpu.reference.stiefel import off_manifold
+from helpers import resumed
 
 pytestmark = pytest.mark.gpu
 OPTS = [{"momentum": 0.0}, {"momentum": 0.9, "nesterov": True},
@@ -139,11 +140,7 @@ def test_around_the_step(device, tmp_path):
                 assert np.array_equal(before[1][n]["momentum_buffer"], after[1][n]["momentum_buffer"])
         for n in x0:
             np.testing.assert_allclose(gpu.read_params()[n], twin.params[n], atol=3e-6, err_msg=f"{s} {n}")
-    gpu.save(tmp_path / "ck")
-    other = rlx_gpu.StiefelSGD.load(tmp_path / "ck", device=device)
-    g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in x0.items()}
-    gpu.step(g)
-    other.step(g)
+    gpu, other = resumed(gpu, tmp_path / "ck", rng, 1, device)
     for n in x0:
         assert np.array_equal(gpu.read_params()[n], other.read_params()[n])
 
