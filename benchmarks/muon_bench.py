@@ -9,8 +9,8 @@ import numpy as np
 
 import rlx_gpu
 from rlx_gpu import linalg
-from rlx_gpu.bench.baselines import cuda_ms, matrix_bench_setup
-from rlx_gpu.bench.timing import alternating, report
+from rlx_gpu.tools.bench.baselines import cuda_ms, matrix_bench_setup
+from rlx_gpu.tools.bench.timing import alternating, report
 
 HIDDEN = [(768, 2304), (768, 768), (768, 3072), (3072, 768)] * 12  # GPT-2 124M's attention and MLP matrices
 

@@ -13,8 +13,8 @@ import time
 import numpy as np
 
 import rlx_gpu
-from rlx_gpu.bench.baselines import matrix_bench_setup, wall_ms
-from rlx_gpu.bench.timing import alternating, report
+from rlx_gpu.tools.bench.baselines import matrix_bench_setup, wall_ms
+from rlx_gpu.tools.bench.timing import alternating, report
 
 HIDDEN = [(768, 2304), (768, 768), (768, 3072), (3072, 768)] * 12  # GPT-2 124M's attention and MLP matrices
 

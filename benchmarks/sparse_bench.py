@@ -12,8 +12,8 @@ import time
 import numpy as np
 
 import rlx_gpu
-from rlx_gpu.bench.baselines import cuda_ms, torch_cuda
-from rlx_gpu.bench.timing import Timer, median
+from rlx_gpu.tools.bench.baselines import cuda_ms, torch_cuda
+from rlx_gpu.tools.bench.timing import Timer, median
 
 
 def main():

@@ -9,8 +9,8 @@ torch.linalg.qr, and the n x n torch.linalg.solve of the Cayley step. GPU timest
 import numpy as np
 
 import rlx_gpu
-from rlx_gpu.bench.baselines import cuda_ms, matrix_bench_setup
-from rlx_gpu.bench.timing import alternating, report
+from rlx_gpu.tools.bench.baselines import cuda_ms, matrix_bench_setup
+from rlx_gpu.tools.bench.timing import alternating, report
 
 HIDDEN = [(2304, 768), (768, 768), (3072, 768), (3072, 768)] * 12
 

@@ -3,7 +3,7 @@ the adapter it selected (``vulkan:<local rank>``); the optimizer step alone (gra
 the rank's shard against the single-GPU optimizer over every tensor on the same GPU, and their state bytes; a whole
 ZeRO step uncompressed and with top-k compression, each part timed (``zero.profile``: the device synchronised
 between parts): for the uncompressed one the grads' download from the device (timed on an arena of the model's
-size), the host reduce-scatter (over gloo an all-reduce: rlx_gpu.distributed_net), the shard's upload and step, the
+size), the host reduce-scatter (over gloo an all-reduce: rlx_gpu.addons.distributed.net), the shard's upload and step, the
 params' download and all-gather; for top-k the selection and the lists' download, their all-gather, the upload and
 rebuild of the mean, the step, the params.
 
@@ -21,8 +21,8 @@ import torch.distributed as dist
 import numpy as np
 
 import rlx_gpu
-from rlx_gpu.bench.shapes import param_set
-from rlx_gpu.bench.timing import median
+from rlx_gpu.tools.bench.shapes import param_set
+from rlx_gpu.tools.bench.timing import median
 from rlx_gpu.compression import TopK
 from rlx_gpu.core.lowp import F32
 from rlx_gpu.distributed import ZeroRedundancyOptimizer

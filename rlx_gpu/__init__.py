@@ -10,12 +10,13 @@ add-ons (:mod:`rlx_gpu.clip`, :mod:`rlx_gpu.amp`, :mod:`rlx_gpu.schedules`, :mod
 :mod:`rlx_gpu.torch`) and tools (``bench``, ``check``, ``info``). Every optimizer also takes PyTorch CPU tensors
 (``model.parameters()``) and then behaves as a torch optimizer (:mod:`rlx_gpu.core.torchio`).
 """
-from . import linalg, reference, schedules
-from .amp import GradScaler
-from .partition import Partition
-from .clip import clip_grad_norm, global_grad_clip_scale, l2_norm
+from . import linalg, reference
+from .addons import schedules
+from .addons.amp import GradScaler
+from .addons.partition import Partition
+from .addons.clip import clip_grad_norm, global_grad_clip_scale, l2_norm
 from .engine import Optimizer
-from .interop import from_torch_state_dict, to_torch_state_dict
+from .addons.interop import from_torch_state_dict, to_torch_state_dict
 from .core.sparse import RowSparse
 from .optim import (LAMB, SGD, Adafactor, Adagrad, Adam, AdamW, Lion, Mars, NAdamW, QHAdamW, RAdam, RMSprop,
                     SophiaH)

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from rlx_gpu import bench
+from rlx_gpu.tools import bench
 
 KEYS = {"optimizer", "param_set", "numel", "tensors", "ms_per_step", "gbps", "copy_gbps", "frac_of_copy", "torch_ms",
         "ratio_vs_torch", "numpy_ms", "ratio_vs_numpy", "adapter"}

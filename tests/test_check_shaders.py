@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlx_gpu import check, check_sources
+from rlx_gpu.tools import check
+from rlx_gpu.tools.check import sources as check_sources
 from rlx_gpu.runtime import source as kernels
 
 FIX = Path(__file__).resolve().parent / "fixtures"

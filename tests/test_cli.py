@@ -15,7 +15,7 @@ def cli(*args, env=None):
 
 
 def test_help_lists_every_command_and_exits_0():
-    from rlx_gpu.__main__ import COMMANDS
+    from rlx_gpu.tools.cli import COMMANDS
     for flag in ("--help", "-h"):
         r = cli(flag)
         assert r.returncode == 0, r.stderr

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import rlx_gpu
-from rlx_gpu import check_sources
+from rlx_gpu.tools.check import sources as check_sources
 from rlx_gpu.runtime import device as devmod
 from rlx_gpu.runtime import kernels, source
 from helpers import assert_same, make_grads, make_params

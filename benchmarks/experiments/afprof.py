@@ -1,5 +1,5 @@
 import sys, numpy as np, rlx_gpu
-from rlx_gpu.bench import Timer, param_set
+from rlx_gpu.tools.bench import Timer, param_set
 from rlx_gpu.kernels import ComputePass
 dev = rlx_gpu.get_device(); timer = Timer(dev)
 for sname in sys.argv[1:]:

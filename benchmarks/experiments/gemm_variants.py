@@ -11,7 +11,7 @@ import numpy as np
 
 import rlx_gpu
 from rlx_gpu import linalg
-from rlx_gpu.bench.timing import Timer, alternating
+from rlx_gpu.tools.bench.timing import Timer, alternating
 from rlx_gpu.runtime import source
 from rlx_gpu.runtime.kernels import get_kernel
 

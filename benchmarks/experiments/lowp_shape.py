@@ -9,9 +9,9 @@ import sys
 import numpy as np
 
 import rlx_gpu
-from rlx_gpu.bench import Timer, param_set
-from rlx_gpu.bench.baselines import torch_cuda, torch_step_ms
-from rlx_gpu.bench.shapes import OPTIMIZERS, PRECISIONS, min_bytes
+from rlx_gpu.tools.bench import Timer, param_set
+from rlx_gpu.tools.bench.baselines import torch_cuda, torch_step_ms
+from rlx_gpu.tools.bench.shapes import OPTIMIZERS, PRECISIONS, min_bytes
 from rlx_gpu.core.lowp import DTYPES
 
 dev = rlx_gpu.get_device()

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 
 import rlx_gpu
-from rlx_gpu.bench import OPTIMIZERS, Timer, param_set
+from rlx_gpu.tools.bench import OPTIMIZERS, Timer, param_set
 from rlx_gpu.runtime.kernels import ComputePass
 
 dev = rlx_gpu.get_device()

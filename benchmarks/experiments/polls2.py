@@ -1,5 +1,5 @@
 import os, sys, time, numpy as np, rlx_gpu
-from rlx_gpu.bench import Timer, param_set, host_path
+from rlx_gpu.tools.bench import Timer, param_set, host_path
 dev = rlx_gpu.get_device(); timer = Timer(dev)
 poller = dev.device._poller
 ours = poller._poll_func                   # rlx_gpu's non-blocking poll (device._poll_without_blocking)

@@ -11,7 +11,7 @@ import numpy as np
 import re
 
 import rlx_gpu
-from rlx_gpu.bench.timing import Timer, median
+from rlx_gpu.tools.bench.timing import Timer, median
 
 
 def re_close(text, src):

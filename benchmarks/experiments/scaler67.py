@@ -1,5 +1,5 @@
 import sys, time, numpy as np, rlx_gpu
-from rlx_gpu.bench import Timer
+from rlx_gpu.tools.bench import Timer
 dev = rlx_gpu.get_device(); timer = Timer(dev)
 n = int(sys.argv[1])
 params = {"w": np.full(n, 0.01, np.float32)}

@@ -1,5 +1,5 @@
 import mmap, time, sys, numpy as np, rlx_gpu
-from rlx_gpu.bench import param_set
+from rlx_gpu.tools.bench import param_set
 print(open("/sys/kernel/mm/transparent_hugepage/enabled").read().strip(), open("/sys/kernel/mm/transparent_hugepage/defrag").read().strip())
 dev = rlx_gpu.get_device()
 def alloc_np(n): return np.empty(n, np.float32)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .runtime.kernels import shipped_kernel
+from ..runtime.kernels import shipped_kernel
 
 TILE = 128  # outputs per workgroup along m and n (shaders/gemm.wgsl, gemm16.wgsl)
 

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from ..runtime.kernels import shipped_kernel
+from ...runtime.kernels import shipped_kernel
 
 # WGSL copy-kernel variants (workgroup size, vec4s per thread) timed for the copy bandwidth.
 COPY_VARIANTS = ((256, 4), (256, 1), (128, 2), (512, 4))

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine import Optimizer
-from .runtime.kernels import shipped_kernel
+from ..engine import Optimizer
+from ..runtime.kernels import shipped_kernel
 
 __all__ = ["Partition"]
 

@@ -1,5 +1,5 @@
 """The in-process WGSL validators, run by ``rlx-gpu check-shaders`` in a child process (``python -m
-rlx_gpu._validate wgpu|tint``): a native compiler that crashes or hangs on a file (naga overflows its stack on a
+rlx_gpu.tools.check.validate wgpu|tint``): a native compiler that crashes or hangs on a file (naga overflows its stack on a
 10 KB shader of nested parentheses) must not take the caller down, and must not hide the other files' results.
 
 Input on stdin: one JSON object ``{"device": selector or null, "jobs": [{"label", "code", "entries", "constants",

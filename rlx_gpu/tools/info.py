@@ -29,7 +29,7 @@ def versions() -> dict:
     import wgpu
     import wgpu.backends.wgpu_native as native
 
-    from . import __version__
+    from .. import __version__
     return {"rlx_gpu": __version__, "wgpu-py": wgpu.__version__, "wgpu-native": native.__version__,
             "numpy": np.__version__, "ml_dtypes": ml_dtypes.__version__, "python": platform.python_version()}
 
@@ -46,7 +46,7 @@ def validators() -> dict:
 
 
 def report(selector: str | None = None) -> dict:
-    from .runtime.discovery import _describe, _enumerate, _ranked, _select
+    from ..runtime.discovery import _describe, _enumerate, _ranked, _select
     found = _ranked(_enumerate())
     env = os.environ.get("RLX_GPU_ADAPTER")
     sel = selector if selector is not None else env
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--device", default=None, help="selector to resolve instead of RLX_GPU_ADAPTER (see README)")
     args = ap.parse_args(argv)
-    from .runtime.discovery import NoAdapterError
+    from ..runtime.discovery import NoAdapterError
     try:
         rep = report(args.device)
     except NoAdapterError as e:

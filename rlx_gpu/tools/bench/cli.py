@@ -7,7 +7,7 @@ import math
 import os
 import sys
 
-from ..runtime.device import NoAdapterError, get_device
+from ...runtime.device import NoAdapterError, get_device
 from .report import svg_plot, table
 from .shapes import DEFAULT_SETS, OPTIMIZERS, PRECISIONS, param_set
 

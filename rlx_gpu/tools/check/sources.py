@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .core.lowp import BF16, F16, F32
-from .runtime import source as src
+from ...core.lowp import BF16, F16, F32
+from ...runtime import source as src
 
 
 @dataclass
@@ -71,11 +71,11 @@ SIGNATURES = (("float32", F32, F32, F32, False, False), ("bfloat16 + float32 mas
 
 def shipped() -> list:
     """Every module the runtime compiles, generated as it generates them."""
-    from .bench.timing import COPY_VARIANTS
-    from .engine import Optimizer
-    from .engine.codegen import Signature, engine_text, optimizer_text
-    from .engine.reductions import ReduceMixin
-    from .optim import AdamW  # noqa: F401 (registers every optimizer class)
+    from ..bench.timing import COPY_VARIANTS
+    from ...engine import Optimizer
+    from ...engine.codegen import Signature, engine_text, optimizer_text
+    from ...engine.reductions import ReduceMixin
+    from ...optim import AdamW  # noqa: F401 (registers every optimizer class)
 
     d = src.shader_dir()
     out = []

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core.lowp import F32
-from .runtime.arena import Arena, DeviceTensor
-from .runtime.device import get_device
-from .linalg_record import (TILE, _bind, _bits, _prm, cholesky_qr_encode, copy_range, frob_scale, gemm,  # noqa: F401
+from ..core.lowp import F32
+from ..runtime.arena import Arena, DeviceTensor
+from ..runtime.device import get_device
+from .record import (TILE, _bind, _bits, _prm, cholesky_qr_encode, copy_range, frob_scale, gemm,  # noqa: F401
                             ns_dispatches, ns_encode, ns_encode16)
-from .runtime.layout import Layout
+from ..runtime.layout import Layout
 
 __all__ = ["matmul", "newton_schulz_orth", "cholesky_qr", "NS_COEFFICIENTS"]
 

@@ -30,7 +30,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .check_sources import Diagnostic, Source, collect, load, shipped  # noqa: F401 (load, shipped: public)
+from .sources import Diagnostic, Source, collect, load, shipped  # noqa: F401 (load, shipped: public)
 
 VALIDATORS = ("naga-cli", "wgpu", "tint")
 NAGA_TARGETS = (("spv", "SPIR-V"), ("metal", "MSL"), ("hlsl", "HLSL"))
@@ -153,12 +153,12 @@ def _died(rc: int) -> str:
 
 
 def check_in_child(validator: str, sources: list, device_sel=None, timeout: float = 60.0) -> list:
-    """``validator`` ("wgpu" or "tint") over ``sources`` in a child process (``rlx_gpu._validate``). A crash or a
+    """``validator`` ("wgpu" or "tint") over ``sources`` in a child process (``rlx_gpu.tools.check.validate``). A crash or a
     hang on a file is a failure of that file with a message; a new child checks the files after it."""
     results, todo = {}, list(sources)
     while todo:
         with tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "rlx_gpu._validate", validator], stdin=subprocess.PIPE,
+            proc = subprocess.Popen([sys.executable, "-m", "rlx_gpu.tools.check.validate", validator], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=err, text=True)
             lines: queue.Queue = queue.Queue()
 

@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 
-from ..core.lowp import DTYPES
-from ..runtime.device import get_device
+from ...core.lowp import DTYPES
+from ...runtime.device import get_device
 from .baselines import (first_step_latency, host_path, host_rows, numpy_ms, torch_copy_figures, torch_cuda,
                         torch_step_ms)
 from .shapes import EXTRA_BASELINES, OPTIMIZERS, PRECISIONS, min_bytes, param_set, scale_shapes

@@ -1,0 +1,107 @@
+"""State dicts between rlx_gpu and torch.optim, so that a run can switch optimizers mid-training and continue.
+
+rlx_gpu keys state by tensor name and lists names in ``param_groups[i]["params"]``; torch keys both by the
+parameter's index (counted across groups in order). Values: NumPy arrays <-> torch tensors (bfloat16 both ways),
+``step`` an int <-> a float32 0-d tensor (torch's). Hyperparameters pass through; torch's implementation switches
+(``foreach``, ``fused``, ``capturable``, ``differentiable``, ``param_names``) are dropped on the way in and, with
+``like=``, taken from a torch optimizer on the way out (otherwise torch fills its defaults when it loads).
+
+    torch_opt.load_state_dict(rlx_gpu.to_torch_state_dict(opt, like=torch_opt))
+    opt.load_state_dict(rlx_gpu.from_torch_state_dict(torch_opt.state_dict(), opt))
+
+Given the optimizer rather than its state dict, the conversions also write and check the keys torch's class of
+the same algorithm needs (NAdamW: ``decoupled_weight_decay=True``; a torch NAdam state with False is refused).
+torch's SGD counts no steps: its states load with ``step`` 1 where they hold a buffer, else 0.
+
+torch is imported only by :func:`to_torch_state_dict` (which makes torch tensors).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.torchio import is_tensor, numpy_view
+
+TORCH_ONLY = ("foreach", "fused", "capturable", "differentiable", "param_names")
+
+
+def _names_of(sd) -> list:
+    return [n for g in sd["param_groups"] for n in g["params"]]
+
+
+def _torch_keys(opt) -> dict:
+    """The fixed torch group keys of an rlx_gpu optimizer (GPU class: its spec's; twin: its own)."""
+    cls = getattr(type(opt), "spec", None) or type(opt)
+    return dict(getattr(cls, "torch_group_keys", {}))
+
+
+def to_torch_state_dict(sd, like=None) -> dict:
+    """An rlx_gpu state dict (GPU class or twin), or the optimizer itself, as torch.optim's: state and params keyed
+    by index. ``like``: a torch optimizer whose groups supply torch's own keys (``foreach``, ...) that rlx_gpu's
+    groups do not hold. Given the optimizer, the keys torch's class needs (NAdamW's ``decoupled_weight_decay``)
+    are written too."""
+    import torch
+    fixed = {}
+    if not isinstance(sd, dict):
+        fixed, sd = _torch_keys(sd), sd.state_dict(dequantize=True)  # (torch's states: float32 moments)
+    index = {n: i for i, n in enumerate(_names_of(sd))}
+
+    def tensor(v):
+        a = np.asarray(v)
+        if a.dtype.name == "bfloat16":
+            return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+        return torch.from_numpy(a.copy())
+
+    state = {}
+    for n, st in sd["state"].items():
+        state[index[n]] = {k: (torch.tensor(float(v), dtype=torch.float32) if k == "step" else tensor(v))
+                           for k, v in st.items()}
+    groups = []
+    for gi, g in enumerate(sd["param_groups"]):
+        out = {k: v for k, v in g.items() if k != "params"}
+        out.update(fixed)
+        if like is not None:
+            for k, v in like.param_groups[gi].items():
+                if k not in out and k != "params":
+                    out[k] = v
+        out["params"] = [index[n] for n in g["params"]]
+        groups.append(out)
+    return {"state": state, "param_groups": groups}
+
+
+def from_torch_state_dict(sd: dict, names) -> dict:
+    """A torch.optim state dict as rlx_gpu's. ``names``: the tensor names in torch's parameter order (e.g.
+    ``[n for n, _ in model.named_parameters()]``), or an rlx_gpu optimizer (its names, in order; its groups' keys
+    decide which of torch's keys are kept)."""
+    keep, fixed = None, {}
+    if not isinstance(names, (list, tuple)):
+        keep = set(names.defaults) | {"initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum"}
+        fixed = _torch_keys(names)
+        for g in sd["param_groups"]:
+            for k, want in fixed.items():
+                if k in g and g[k] != want:
+                    raise ValueError(f"from_torch_state_dict: the torch state has {k}={g[k]!r}, but "
+                                     f"{type(names).__name__} is torch's optimizer with {k}={want!r}")
+        names = [n for g in names.param_groups for n in g["params"]]
+    order = [i for g in sd["param_groups"] for i in g["params"]]
+    if len(order) != len(names):
+        raise ValueError(f"from_torch_state_dict: the state dict has {len(order)} parameters, {len(names)} names "
+                         "were given")
+    name = dict(zip(order, names))
+
+    def array(k, v):
+        if is_tensor(v):
+            v = v.detach().cpu()
+            return int(v.item()) if k == "step" else numpy_view("from_torch_state_dict", k, v.contiguous(),
+                                                                "state").copy()
+        return int(v) if k == "step" else np.array(v)
+
+    state = {}
+    for i, st in sd["state"].items():
+        state[name[i]] = {k: array(k, v) for k, v in st.items()}
+        state[name[i]].setdefault("step", 1 if st else 0)  # (torch's SGD counts no steps)
+    groups = []
+    for g in sd["param_groups"]:
+        out = {k: v for k, v in g.items() if k != "params" and k not in TORCH_ONLY and (keep is None or k in keep)}
+        out["params"] = [name[i] for i in g["params"]]
+        groups.append(out)
+    return {"state": state, "param_groups": groups}

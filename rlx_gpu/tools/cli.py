@@ -1,0 +1,51 @@
+"""The ``rlx-gpu`` command (also ``python -m rlx_gpu``): ``rlx-gpu <command> [args]``, ``rlx-gpu --help``,
+``rlx-gpu --version``. Each command has its own ``--help``."""
+import sys
+
+# command: (module with main(argv), one line)
+COMMANDS = {
+    "info": ("rlx_gpu.tools.info", "adapters, the one chosen and why, limits, features, validators, versions"),
+    "bench": ("rlx_gpu.tools.bench", "time every optimizer against the copy rate, torch and the NumPy twin"),
+    "check-shaders": ("rlx_gpu.tools.check", "validate WGSL files (the package's or yours) with naga, wgpu and Tint"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: rlx-gpu <command> [args]     (rlx-gpu <command> --help for a command's options)", "",
+             "commands:"]
+    lines += [f"  {name:{width}s}  {line}" for name, (_, line) in COMMANDS.items()]
+    lines += ["", "options:", "  -h, --help     this text", "  --version      rlx_gpu's version and its runtime's"]
+    return "\n".join(lines)
+
+
+def version() -> str:
+    from .. import __version__
+    try:
+        import wgpu
+        import wgpu.backends.wgpu_native as native
+        return f"rlx-gpu {__version__} (wgpu-py {wgpu.__version__}, wgpu-native {native.__version__})"
+    except Exception:  # pragma: no cover - wgpu is a dependency; still say our own version
+        return f"rlx-gpu {__version__}"
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:
+        print(usage(), file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    if argv[0] == "--version":
+        print(version())
+        return 0
+    if argv[0] not in COMMANDS:
+        print(f"rlx-gpu: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    import importlib
+    return importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
