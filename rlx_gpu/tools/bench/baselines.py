@@ -180,10 +180,9 @@ def host_rows(dev, torch, repeats: int) -> list:
     return rows
 
 
-def numpy_ms(cls, params, kw, shapes, repeats) -> float:
-    """The NumPy twin's step in milliseconds (median)."""
+def numpy_ms(cls, params, kw, grads, repeats) -> float:
+    """The NumPy twin's step on ``grads`` in milliseconds (median)."""
     twin = cls(params, lr=1e-3, **kw)
-    grads = {n: np.full(s, 1e-3, params[n].dtype) for n, s in shapes}
     twin.step(grads)
     ts = []
     for _ in range(max(1, min(repeats, 3))):
