@@ -35,6 +35,6 @@ fi
 py="$venv/bin/python"
 case "$what" in
   demo) exec "$py" examples/train_spirals.py "$@" ;;
-  test) "$venv/bin/rlx-gpu" check-shaders --validator all
+  test) "$venv/bin/rlx-gpu" check-shaders --validator all --quiet
         "$py" -m pytest "$@" ;;
 esac

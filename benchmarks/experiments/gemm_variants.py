@@ -10,6 +10,7 @@ import json
 import numpy as np
 
 import rlx_gpu
+from rlx_gpu.tools.cli import describe
 from rlx_gpu import linalg
 from rlx_gpu.tools.bench.timing import Timer, alternating
 from rlx_gpu.runtime import source
@@ -32,7 +33,7 @@ def variants():
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json")

@@ -199,8 +199,9 @@ def matrix_bench_setup(doc: str, extra=None):
     import argparse
 
     import rlx_gpu
+    from ..cli import describe
     from .timing import Timer
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(doc))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--div", type=int, default=1, help="shrink the matrices by this factor (a smoke run)")
     ap.add_argument("--json")
