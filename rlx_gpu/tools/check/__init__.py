@@ -28,6 +28,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cli import command, report, unchecked  # noqa: F401 (report, unchecked: public)
 from .sources import Diagnostic, Source, collect, load, shipped  # noqa: F401 (load, shipped: public)
 
 VALIDATORS = ("naga-cli", "wgpu", "tint")
@@ -239,4 +240,6 @@ def run(paths, validators, device=None, timeout=60.0) -> list:
     return results
 
 
-from .cli import main, report, unchecked  # noqa: E402  (the command; it imports run() from here when it runs)
+def main(argv=None) -> int:
+    """``rlx-gpu check-shaders``: the command (``cli.command``) over these validators; its exit status."""
+    return command(argv, VALIDATORS, run)

@@ -1,4 +1,5 @@
-"""``rlx-gpu check-shaders``: the command line and its report (the validators are in the package's ``__init__``)."""
+"""``rlx-gpu check-shaders``: the command line and its report. The validators are the package's (``__init__``), which
+passes them in: this module imports nothing of it."""
 from __future__ import annotations
 
 import argparse
@@ -59,12 +60,11 @@ def report(results: list, quiet: bool = False) -> str:
     return "\n".join(lines)
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(validators: tuple) -> argparse.ArgumentParser:
     """The command's arguments."""
-    from . import VALIDATORS
     ap = argparse.ArgumentParser(prog="rlx-gpu check-shaders", description=DESCRIPTION, epilog=EPILOG)
     ap.add_argument("paths", nargs="*", help=".wgsl files or folders (default: every shader the package ships)")
-    ap.add_argument("--validator", default="all", choices=(*VALIDATORS, "all"),
+    ap.add_argument("--validator", default="all", choices=(*validators, "all"),
                     help="which validator to run (default: all, each that is available)")
     ap.add_argument("--json", action="store_true", help="print one JSON report instead of text")
     ap.add_argument("--quiet", "-q", action="store_true",
@@ -76,15 +76,15 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
-    """``rlx-gpu check-shaders [paths] [--validator V] [--json] [--quiet] [--device SEL] [--timeout S]``: the exit
-    status (0 nothing failed, 1 something failed, 2 bad usage or nothing checked)."""
-    from . import VALIDATORS, run
+def command(argv, validators: tuple, run) -> int:
+    """``rlx-gpu check-shaders [paths] [--validator V] [--json] [--quiet] [--device SEL] [--timeout S]`` with
+    ``run(paths, validators, device, timeout)`` doing the checks: the exit status (0 nothing failed, 1 something
+    failed, 2 bad usage or nothing checked)."""
     try:
-        args = parser().parse_args(argv)
+        args = parser(validators).parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
-    chosen = VALIDATORS if args.validator == "all" else (args.validator,)
+    chosen = validators if args.validator == "all" else (args.validator,)
     try:
         results = run(args.paths, chosen, args.device, args.timeout)
     except FileNotFoundError as e:
