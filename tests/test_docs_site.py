@@ -8,10 +8,10 @@ import importlib
 import inspect
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import run_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docs"))
@@ -86,21 +86,7 @@ def test_pages_have_python_blocks():
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT / "docs")))
 def test_python_blocks_run(page, tmp_path):
-    try:
-        import torch  # noqa: F401
-        have_torch = True
-    except ImportError:
-        have_torch = False
-    parts = ["try:\n    import torch, torch.optim\nexcept ImportError:\n    pass"]  # (the import order torch needs)
-    for i, (lang, code, need) in enumerate(docsite.blocks(page)):
-        if lang not in ("python", "py") or need or ("import torch" in code and not have_torch):
-            continue
-        parts.append(f"print('--- block {i}', flush=True)\n" + code)
-    script = tmp_path / "blocks.py"
-    script.write_text("\n".join(parts))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert r.returncode == 0, textwrap.shorten(r.stdout[-1500:], 1500) + "\n" + r.stderr[-3000:]
-    assert r.stdout.count("--- block") == len(parts) - 1
+    run_blocks([code for lang, code, need in docsite.blocks(page) if lang in ("python", "py") and not need], tmp_path)
 
 
 def test_shell_blocks_say_where_ci_runs_them():
