@@ -3,13 +3,14 @@
 #   ./run.sh demo [args]   trains the spiral demo with a GPU optimizer (examples/train_spirals.py)
 #   ./run.sh test [args]   checks every shipped shader (rlx-gpu check-shaders --validator all), then runs
 #                          the test suite (pytest; GPU tests on whatever adapter is found)
+#   ./run.sh docs [args]   builds the documentation site into site/ (mkdocs, warnings are errors; args to mkdocs)
 # Each creates .venv (or $RLX_GPU_VENV) with the package installed, and where no Vulkan driver is
 # present on Debian/Ubuntu and we are root, installs the CPU one (mesa-vulkan-drivers: llvmpipe).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 what=${1:-}
 [ $# -gt 0 ] && shift
-case "$what" in demo|test) ;; *) echo "usage: ./run.sh demo|test [args...]" >&2; exit 2 ;; esac
+case "$what" in demo|test|docs) ;; *) echo "usage: ./run.sh demo|test|docs [args...]" >&2; exit 2 ;; esac
 
 have_icd() { compgen -G "/usr/share/vulkan/icd.d/*.json" >/dev/null || compgen -G "/etc/vulkan/icd.d/*.json" >/dev/null; }
 if [ "$(uname -s)" = Linux ] && ! have_icd; then
@@ -35,6 +36,10 @@ fi
 py="$venv/bin/python"
 case "$what" in
   demo) exec "$py" examples/train_spirals.py "$@" ;;
-  test) "$venv/bin/rlx-gpu" check-shaders --validator all
+  test) "$venv/bin/rlx-gpu" check-shaders --validator all --quiet
         "$py" -m pytest "$@" ;;
+  docs) "$py" -c "import mkdocs_gen_files, mkdocstrings_handlers.python, material" 2>/dev/null \
+          || "$py" -m pip install -q -e ".[docs]"
+        NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true "$venv/bin/mkdocs" build --strict "$@"
+        echo "run.sh: the site is in site/: open $(pwd)/site/index.html" ;;
 esac

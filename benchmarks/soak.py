@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 import rlx_gpu
+from rlx_gpu.tools.cli import describe
 from rlx_gpu.schedules import warmup_cosine
 
 
@@ -44,7 +45,7 @@ def model(rng, tensors: int, width: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(description=describe(__doc__),
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--checkpoint-every", type=int, default=1_000)

@@ -12,12 +12,13 @@ import time
 import numpy as np
 
 import rlx_gpu
+from rlx_gpu.tools.cli import describe
 from rlx_gpu.tools.bench.baselines import cuda_ms, torch_cuda
 from rlx_gpu.tools.bench.timing import Timer, median
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--rows", type=int, default=50257)
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--touched", default="1024,4096,16384")

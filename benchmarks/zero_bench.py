@@ -21,6 +21,7 @@ import torch.distributed as dist
 import numpy as np
 
 import rlx_gpu
+from rlx_gpu.tools.cli import describe
 from rlx_gpu.tools.bench.shapes import param_set
 from rlx_gpu.tools.bench.timing import median
 from rlx_gpu.compression import TopK
@@ -109,7 +110,7 @@ def one_set(name, sel, steps, ratio, rank):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--sets", default="gpt2-124m", help="comma-separated param sets, each with @steps to override")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--topk", type=float, default=0.01)

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 import rlx_gpu
+from rlx_gpu.tools.cli import describe
 
 WG = 64
 ATTRS = {"pos": 2, "log_scale": 2, "rot": 1, "color": 3, "opacity": 1}  # floats per splat
@@ -178,7 +179,7 @@ class GpuSplats:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--splats", type=int, default=256)
     ap.add_argument("--log-every", type=int, default=100)

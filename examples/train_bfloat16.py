@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 
 import rlx_gpu
+from rlx_gpu.tools.cli import describe
 
 BF16 = ml_dtypes.bfloat16
 
@@ -45,7 +46,7 @@ def train(params, steps, device, dtype, **options):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--device", default=None)
     args = ap.parse_args(argv)

@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 import rlx_gpu
+from rlx_gpu.tools.cli import describe
 from rlx_gpu.schedules import warmup_cosine
 
 
@@ -33,7 +34,7 @@ def forward_backward(p, x, y, scale):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--plot", default="training.png", help="where to save the loss/LR plot ('' for none)")
     ap.add_argument("--device", default=None)

@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 import rlx_gpu
+from rlx_gpu.tools.cli import describe
 
 
 def spirals(n, rng):
@@ -53,7 +54,7 @@ def loss_and_grads(p, x, y, layers):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--device", default=None, help="adapter selector (default: RLX_GPU_ADAPTER or the best)")
     args = ap.parse_args(argv)

@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 import rlx_gpu
+from rlx_gpu.tools.cli import describe
 
 IN, HID, OUT, BATCH, WG = 64, 128, 10, 128, 64
 
@@ -214,7 +215,7 @@ def torch_run(params, train, test, steps, lr, wd):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--plot", default="wgsl_mlp.png", help="where to save the loss curve ('' for none)")

@@ -80,3 +80,27 @@ def resumed(opt, path, rng, steps: int, device, prepare=None):
         opt.step(g)
         other.step(g)
     return opt, other
+
+
+def run_blocks(codes: list, tmp_path) -> str:
+    """Documentation code blocks run as written: in order, in one namespace, in a fresh process, torch imported first
+    where it is installed (the import order torch needs; blocks that import torch skip without it). Their stdout."""
+    import subprocess
+    import sys
+    import textwrap
+    try:
+        import torch  # noqa: F401
+        have_torch = True
+    except ImportError:
+        have_torch = False
+    parts = ["try:\n    import torch, torch.optim\nexcept ImportError:\n    pass"]
+    for i, code in enumerate(codes):
+        if "import torch" in code and not have_torch:
+            continue
+        parts.append(f"print('--- block {i}', flush=True)\n" + code)
+    script = tmp_path / "blocks.py"
+    script.write_text("\n".join(parts))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, textwrap.shorten(r.stdout[-1500:], 1500) + "\n" + r.stderr[-3000:]
+    assert r.stdout.count("--- block") == len(parts) - 1
+    return r.stdout

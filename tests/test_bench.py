@@ -1,11 +1,14 @@
 """`rlx-gpu bench` runs on the adapter at a tiny size and its JSON has every documented key."""
 import json
+import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from rlx_gpu.tools import bench
+from rlx_gpu.tools.bench.rows import MATRIX, plan
 
 KEYS = {"optimizer", "param_set", "numel", "tensors", "ms_per_step", "gbps", "copy_gbps", "frac_of_copy", "torch_ms",
         "ratio_vs_torch", "numpy_ms", "ratio_vs_numpy", "adapter"}
@@ -24,19 +27,84 @@ def test_param_sets():
 def test_bench_tiny_run_writes_every_key(tmp_path):
     out, svg = tmp_path / "b.json", tmp_path / "b.svg"
     cmd = [sys.executable, "-m", "rlx_gpu", "bench", "--sets", "single:65536,gpt2-124m", "--memory-gb", "0.01",
-           "--copy-mb", "4", "--repeats", "2", "--json", str(out), "--plot", str(svg), "--no-latency"]
+           "--copy-mb", "4", "--repeats", "2", "--matrix-div", "32", "--json", str(out), "--plot", str(svg),
+           "--no-latency"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(out.read_text())
-    assert {"date", "adapter", "driver", "versions", "copy_gbps", "rows"} <= set(rep)
-    assert len(rep["rows"]) == 2 * len(bench.OPTIMIZERS)
+    assert {"date", "adapter", "driver", "versions", "copy_gbps", "rows", "skipped"} <= set(rep)
+    # every optimizer on both sets, but Partition on one tensor (it needs a model's matrices and vectors)
+    assert len(rep["rows"]) == 2 * len(bench.OPTIMIZERS) - 1
+    assert [(s["optimizer"], s["param_set"]) for s in rep["skipped"]] == [("partition", "single:65536")]
+    assert {r["optimizer"] for r in rep["rows"]} == set(bench.OPTIMIZERS)
     for row in rep["rows"]:
         assert KEYS <= set(row)
-        assert row["ms_per_step"] > 0 and 0 < row["frac_of_copy"] and row["numpy_ms"] > 0
-    scaled = [r for r in rep["rows"] if r["param_set"] == "gpt2-124m"]
+        assert row["ms_per_step"] > 0
+        if row["optimizer"] in MATRIX:  # no bytes model: the time per step and what it compares with
+            assert row["gbps"] is None and row["frac_of_copy"] is None
+        else:
+            assert 0 < row["frac_of_copy"] and row["bytes_per_step"] > 0
+        assert (row["numpy_ms"] is None) == (row["optimizer"] == "partition")  # (a twin for every optimizer)
+    scaled = [r for r in rep["rows"] if r["param_set"] == "gpt2-124m" and r["optimizer"] not in MATRIX]
     assert all(r["scaled"] and r["tensors"] == 148 for r in scaled)
     assert "scaled to" in r.stderr and "| optimizer |" in r.stdout
+    # one progress line per row, with the time so far and an estimate of what is left (stderr is not a terminal)
+    progress = [ln for ln in r.stderr.splitlines() if ln.startswith("[")]
+    assert len(progress) == len(rep["rows"]) and progress[-1].endswith("so far, done]")
+    assert all(re.search(r"\[\d+:\d\d so far, about \d+:\d\d left\]$", ln) for ln in progress[:-1])
     assert svg.read_text().startswith("<svg")
+
+
+@pytest.mark.gpu
+def test_list_prints_the_rows_without_timing():
+    r = subprocess.run([sys.executable, "-m", "rlx_gpu", "bench", "--list", "--sets", "gpt2-124m,gpt2-1.5b",
+                        "--precisions", "fp32,bf16", "--memory-gb", "64", "--matrix-div", "1", "--matrix-layers", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1 + 2 * 2 * len(bench.OPTIMIZERS) and "copy bandwidth" not in r.stderr
+    assert "soap fp32 on gpt2-1.5b: skipped: a side of 6400 is above 3072" in r.stdout
+    assert "muon bf16 on gpt2-124m: skipped: Muon steps float32 params and states only" in r.stdout
+    assert "muon fp32 on gpt2-124m: 48 tensors, 84,934,656 params\n" in r.stdout
+    assert "stiefel fp32 on gpt2-124m: 48 tensors, 5,308,416 params (scaled to 0.0625" in r.stdout
+
+
+def test_defaults_depend_on_the_adapter():
+    cpu = bench.adapter_defaults(bench.parse_args([]), SimpleNamespace(info={"type": "CPU"}))
+    gpu = bench.adapter_defaults(bench.parse_args([]), SimpleNamespace(info={"type": "DiscreteGPU"}))
+    assert gpu.sets == bench.DEFAULT_SETS and gpu.repeats == 5 and gpu.matrix_div == 1 and gpu.matrix_layers == 0
+    assert cpu.sets == "single:262144,gpt2-124m" and cpu.memory_gb == 0.05 and cpu.matrix_layers == 1
+    given = bench.adapter_defaults(bench.parse_args(["--repeats", "7", "--sets", "gpt2-1.5b"]),
+                                   SimpleNamespace(info={"type": "CPU"}))
+    assert given.repeats == 7 and given.sets == "gpt2-1.5b"
+
+
+def test_help_says_each_default_once():
+    r = subprocess.run([sys.executable, "-m", "rlx_gpu", "bench", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "(default: None)" not in r.stdout
+    entries = re.split(r"\n  (?=-)", r.stdout.split("options:", 1)[1])
+    assert len(entries) > 15
+    for e in entries:
+        assert e.count("(default") <= 1, e
+
+
+def test_sparse_rows_move_only_the_touched_rows():
+    # SparseAdam, float32, one (64, 8) table: every 16th row (4 rows of 8) read and written: 2*4 (param) + 4 (grad)
+    # + 4*4 (m, v read and written) bytes per element, and a 4-byte row number per row
+    assert bench.min_bytes("sparseadam", "fp32", [("e", (64, 8))]) == 4 * 8 * 28 + 4 * 4
+    assert bench.min_bytes("adamw", "fp32", [("e", (64, 8))]) == 64 * 8 * 28
+    assert all(bench.min_bytes(o, "fp32", [("e", (64, 8))]) is None for o in MATRIX)
+
+
+def test_progress_line_per_row_with_an_estimate():
+    import io
+    plans = plan(["adamw", "sgd"], ["fp32"], ["single:1000"], 1e9, 1)
+    with bench.Progress(plans, stream=io.StringIO()) as pr:
+        first, last = pr.done(plans[0], "1.0 ms/step"), pr.done(plans[1], "2.0 ms/step")
+    assert first.startswith("[1/2] adamw fp32 on single:1000: 1 tensor, 1,000 params: 1.0 ms/step [0:")
+    assert first.endswith(" left]") and last.endswith("so far, done]") and pr.bar is None
+    assert bench.clock(65) == "1:05" and bench.clock(3725) == "1:02:05"
 
 
 @pytest.mark.parametrize("args", [["--sets", "single:-5"], ["--sets", "single:0"], ["--sets", "single:x"],

@@ -24,6 +24,7 @@ from ..runtime.layout import Layout
 __all__ = ["matmul", "newton_schulz_orth", "cholesky_qr", "NS_COEFFICIENTS"]
 
 NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)
+"""Newton-Schulz's (a, b, c): torch.optim.Muon's default quintic coefficients (X = a X + (b A + c A A) X)."""
 def _standalone(dev, shape, label) -> DeviceTensor:
     n = int(np.prod(shape))
     lay = Layout([n], alignment=dev.alignment, max_binding=dev.max_storage_binding, block=4)

@@ -10,6 +10,13 @@ COMMANDS = {
 }
 
 
+def describe(doc: str) -> str:
+    """The first paragraph of a docstring as plain text on one line (reST ``double backticks`` dropped): what an
+    ``argparse`` description of a script or command should say, never cut mid-sentence."""
+    para = (doc or "").strip().split("\n\n", 1)[0]
+    return " ".join(para.replace("``", "").split())
+
+
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: rlx-gpu <command> [args]     (rlx-gpu <command> --help for a command's options)", "",

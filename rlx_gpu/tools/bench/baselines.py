@@ -180,10 +180,9 @@ def host_rows(dev, torch, repeats: int) -> list:
     return rows
 
 
-def numpy_ms(cls, params, kw, shapes, repeats) -> float:
-    """The NumPy twin's step in milliseconds (median)."""
+def numpy_ms(cls, params, kw, grads, repeats) -> float:
+    """The NumPy twin's step on ``grads`` in milliseconds (median)."""
     twin = cls(params, lr=1e-3, **kw)
-    grads = {n: np.full(s, 1e-3, params[n].dtype) for n, s in shapes}
     twin.step(grads)
     ts = []
     for _ in range(max(1, min(repeats, 3))):
@@ -200,8 +199,9 @@ def matrix_bench_setup(doc: str, extra=None):
     import argparse
 
     import rlx_gpu
+    from ..cli import describe
     from .timing import Timer
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(doc))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--div", type=int, default=1, help="shrink the matrices by this factor (a smoke run)")
     ap.add_argument("--json")

@@ -16,7 +16,7 @@ def table(report: dict) -> str:
             str(r["tensors"]),
             f"{r['numel']:,}", f(r["ms_per_step"], ".3f"), f(r["gbps"], ".1f"), f(r["frac_of_copy"], ".2f"),
             f(r["torch_ms"], ".3f"), f(r["ratio_vs_torch"], ".2f"), f(r["numpy_ms"], ".1f"),
-            f(r["ratio_vs_numpy"], ".1f")]))
+            f(r["ratio_vs_numpy"], ".2g")]))
     for h in report.get("host_rows", []):
         lines.append(" | ".join([h["what"], "float32", "20 x 50,000", "20", "1,000,000", f(h["wall_ms_per_step"], ".3f"),
                                  "-", "-", f(h.get("torch_wall_ms"), ".3f"), f(h.get("ratio_vs_torch"), ".2f"), "-",
@@ -25,8 +25,9 @@ def table(report: dict) -> str:
 
 
 def svg_plot(report: dict) -> str:
-    """Achieved GB/s per optimizer and param set as bars, with the copy bandwidth as a line (no dependencies)."""
-    rows = report["rows"]
+    """Achieved GB/s per optimizer and param set as bars, with the copy bandwidth as a line (no dependencies). Rows
+    without a bytes model (the matrix optimizers) are left out."""
+    rows = [r for r in report["rows"] if r["gbps"] is not None]
     w, h, left, bottom, top = 60 + 28 * max(1, len(rows)), 360, 60, 110, 30
     ymax = max([report["copy_gbps"]] + [r["gbps"] for r in rows]) * 1.1
     y = lambda v: top + (h - top - bottom) * (1 - v / ymax)  # noqa: E731

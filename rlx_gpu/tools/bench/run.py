@@ -2,37 +2,25 @@
 from __future__ import annotations
 
 import datetime
-import os
 import platform
 import sys
+import time
 
 import numpy as np
 
-from ...core.lowp import DTYPES
 from ...runtime.device import get_device
 from .baselines import (first_step_latency, host_path, host_rows, numpy_ms, torch_copy_figures, torch_cuda,
                         torch_step_ms)
-from .shapes import EXTRA_BASELINES, OPTIMIZERS, PRECISIONS, min_bytes, param_set, scale_shapes
+from .progress import Progress
+from .rows import WINDOW, Plan, build, plan
+from .shapes import EXTRA_BASELINES, OPTIMIZERS, PRECISIONS, min_bytes
 from .timing import Timer, copy_bandwidth
 
 
-def default_budget(dev) -> float:
-    """Bytes of device memory the bench may use (CPU adapters share host RAM)."""
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        ram = 16 << 30
-    return 0.25 * ram if dev.info["type"] == "CPU" else 64e9
-
-
-def _optimizer(rlx_gpu, cls_name, kw, precision, shapes, dev):
-    pd, gd, sd, master = PRECISIONS[precision]
-    params = {n: np.full(s, 0.01, np.float32).astype(DTYPES[pd].np) for n, s in shapes}
-    opts = dict(kw, state_dtype=sd, master_weights=master, grad_dtype=None if gd == pd else gd)
-    opt = getattr(rlx_gpu, cls_name)(params, lr=1e-3, **opts, device=dev)
-    for n, s in shapes:
-        opt.grads[n].write(np.full(s, 1e-3, np.float32).astype(DTYPES[gd].np))
-    return params, opts, opt
+def lists(args) -> tuple:
+    """(optimizers, precisions, sets) named by the command line, in order."""
+    split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    return [o.lower() for o in split(args.optimizers)], split(args.precisions), split(args.sets)
 
 
 def run(args) -> dict:
@@ -62,24 +50,20 @@ def run(args) -> dict:
         meta["torch_device"] = torch.cuda.get_device_name()
     if not args.no_latency:
         meta["first_step_latency"] = first_step_latency(args.device)
-    budget = args.memory_gb * 1e9 if args.memory_gb else default_budget(dev)
     if args.tune:
         meta["tune"] = tune(dev, timer, args, say)
-    names = [o.strip().lower() for o in args.optimizers.split(",") if o.strip()]
-    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
-    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
-    rows, total = [], len(names) * len(sets) * len(precisions)
-    bar_off = args.quiet or not sys.stderr.isatty()  # (a log gets the lines below, not a redrawn bar)
-    with tqdm(total=total, unit="row", file=sys.stderr, disable=bar_off, dynamic_ncols=True, leave=False) as bar:
-        for sname in sets:
-            base = param_set(sname)
-            for precision in precisions:
-                for oname in names:
-                    bar.set_description(f"{oname} {precision} {sname}")
-                    rows.append(_row(rlx_gpu, dev, timer, torch, args, oname, precision, sname, base, budget,
-                                     copy_gbps, say, f"[{len(rows) + 1}/{total}]"))
-                    bar.update(1)
-    out = dict(meta, rows=rows)
+    plans = plan(*lists(args), args.memory_gb * 1e9, args.matrix_div, args.matrix_layers)
+    todo = [p for p in plans if not p.skip]
+    for p in plans:
+        if p.skip:
+            say(p.describe())
+    rows = []
+    with Progress(todo, quiet=args.quiet) as progress:
+        for p in todo:
+            rows.append(_row(rlx_gpu, dev, timer, torch, args, p, copy_gbps, say))
+            say(progress.done(p, _summary(rows[-1])))
+    out = dict(meta, rows=rows, skipped=[{"optimizer": p.optimizer, "dtype": p.precision, "param_set": p.param_set,
+                                          "reason": p.skip} for p in plans if p.skip])
     if args.host_rows:
         out["host_rows"] = host_rows(dev, torch, args.repeats)
         for h in out["host_rows"]:
@@ -89,63 +73,72 @@ def run(args) -> dict:
     return out
 
 
-def _row(rlx_gpu, dev, timer, torch, args, oname, precision, sname, base, budget, copy_gbps, say, count) -> dict:
-    cls_name, kw, _, torch_spec = OPTIMIZERS[oname]
-    kw = dict(kw)
-    scaler = rlx_gpu.GradScaler() if kw.pop("scaler", False) else None
-    numel0 = sum(int(np.prod(s)) for _, s in base)
-    need = min_bytes(oname, precision, base) * 1.1  # (the arenas hold about what a step moves)
-    scale = min(1.0, budget / need)
-    shapes = base if scale >= 1.0 else scale_shapes(base, scale)
-    numel = sum(int(np.prod(s)) for _, s in shapes)
-    say(f"{count} {oname} {precision} on {sname}: {len(shapes)} tensors, {numel:,} params"
-        + (f" (scaled to {scale:.3g} of {numel0:,}: the adapter's memory budget is {budget / 1e9:.1f} GB)"
-           if scale < 1 else ""))
-    params, opts, opt = _optimizer(rlx_gpu, cls_name, kw, precision, shapes, dev)
-    step = opt.step
-    if scaler is not None:
-        def step(opt=opt):
-            scaler.step(opt)
-            scaler.update()
-    for _ in range(3):
+def _row(rlx_gpu, dev, timer, torch, args, p: Plan, copy_gbps, say) -> dict:
+    params, opts, opt, step, grads = build(rlx_gpu, p, dev)
+    t0 = time.perf_counter()
+    for k in range(3):  # warm-up: 3 steps, or 1-2 where they take a second
         step()
-    t, wall = timer.calibrated(step, args.repeats, probe=2)
-    moved = min_bytes(oname, precision, shapes)
-    row = {"optimizer": oname, "dtype": precision, "param_set": sname, "numel": numel, "tensors": len(shapes),
-           "scaled": None if scale >= 1 else scale, "ms_per_step": t * 1e3, "wall_ms_per_step": wall * 1e3,
-           "bytes_per_step": moved, "gbps": moved / t / 1e9, "copy_gbps": copy_gbps,
-           "frac_of_copy": moved / t / 1e9 / copy_gbps, "torch_ms": None, "torch_impl": None,
+        dev.sync()
+        if time.perf_counter() - t0 > 1.0:
+            break
+    if p.optimizer in WINDOW:  # (every window holds the same number of refreshes)
+        step()
+        t, wall = timer.measure(step, WINDOW[p.optimizer], args.repeats)
+    else:
+        t, wall = timer.calibrated(step, args.repeats, probe=2)
+    moved = min_bytes(p.optimizer, p.precision, p.shapes)
+    gbps = None if moved is None else moved / t / 1e9
+    row = {"optimizer": p.optimizer, "dtype": p.precision, "param_set": p.param_set, "numel": p.numel,
+           "tensors": len(p.shapes), "scaled": p.scale, "ms_per_step": t * 1e3, "wall_ms_per_step": wall * 1e3,
+           "bytes_per_step": moved, "gbps": gbps, "copy_gbps": copy_gbps,
+           "frac_of_copy": None if gbps is None else gbps / copy_gbps, "torch_ms": None, "torch_impl": None,
            "ratio_vs_torch": None, "numpy_ms": None, "ratio_vs_numpy": None, "adapter": dev.name}
     row["state_bytes_per_param"] = opt.memory()["state_per_param"]
-    if oname == "adamw" and precision == "fp32" and not args.no_host:
-        row.update(host_path(dev, opt, shapes))
+    if p.optimizer == "adamw" and p.precision == "fp32" and not args.no_host:
+        row.update(host_path(dev, opt, p.shapes))
     del opt
-    pd, _, _, master = PRECISIONS[precision]
-    if torch is not None and torch_spec is not None and not master:
+    _baselines(row, torch, args, p, say)
+    twin = getattr(rlx_gpu.reference, OPTIMIZERS[p.optimizer][0], None)
+    if twin is not None and not args.no_numpy and p.numel <= args.numpy_max:
+        row["numpy_ms"] = numpy_ms(twin, params, opts, grads, args.repeats)
+        row["ratio_vs_numpy"] = row["numpy_ms"] / row["ms_per_step"]
+    return row
+
+
+def _baselines(row, torch, args, p: Plan, say) -> None:
+    """torch's figure (and the other libraries') on the same shapes, where torch with CUDA is here."""
+    _, _, _, torch_spec = OPTIMIZERS[p.optimizer]
+    pd, _, _, master = PRECISIONS[p.precision]
+    if torch is None or master:
+        return
+    if torch_spec is not None:
         try:
-            row["torch_ms"] = torch_step_ms(torch, shapes, torch_spec, args.repeats, pd)
-        except (NotImplementedError, RuntimeError) as e:  # e.g. GradScaler cannot unscale bfloat16 grads
+            row["torch_ms"] = torch_step_ms(torch, p.shapes, torch_spec, args.repeats, pd)
+        except (ImportError, NotImplementedError, RuntimeError) as e:  # e.g. GradScaler cannot unscale bfloat16
             row["torch_error"] = str(e).splitlines()[0][:200]
     if row["torch_ms"] is not None:
-        row["torch_impl"] = (("clip_grad_norm_(foreach=True) + " if "clip" in torch_spec[1] else "")
-                             + ("GradScaler + " if "scaler" in torch_spec[1] else "")
-                             + f"{torch_spec[0]}({', '.join(f'{k}={v}' for k, v in torch_spec[1].items() if k not in ('clip', 'scaler'))}"
+        name, kw = torch_spec
+        row["torch_impl"] = (("clip_grad_norm_(foreach=True) + " if "clip" in kw else "")
+                             + ("GradScaler + " if "scaler" in kw else "")
+                             + f"{name}({', '.join(f'{k}={v}' for k, v in kw.items() if k not in ('clip', 'scaler'))}"
                              + f"{', ' + pd if pd != 'float32' else ''})")
         row["ratio_vs_torch"] = row["torch_ms"] / row["ms_per_step"]
-    for spec in EXTRA_BASELINES.get(oname, ()) if torch is not None and not master else ():
+    for spec in EXTRA_BASELINES.get(p.optimizer, ()):
         try:
-            ms = torch_step_ms(torch, shapes, spec, args.repeats, pd)
+            ms = torch_step_ms(torch, p.shapes, spec, args.repeats, pd)
             row.setdefault("other_baselines", []).append({"impl": spec[0], "ms": ms, "ratio": ms / row["ms_per_step"]})
             say(f"      {spec[0]}: {ms:.3f} ms ({ms / row['ms_per_step']:.2f}x)")
         except (ImportError, NotImplementedError, RuntimeError) as e:  # (not installed, or no kernel for it)
             row.setdefault("other_baselines", []).append({"impl": spec[0], "error": str(e).splitlines()[0][:200]})
-    if not args.no_numpy and numel <= args.numpy_max:
-        row["numpy_ms"] = numpy_ms(getattr(rlx_gpu.reference, cls_name), params, opts, shapes, args.repeats)
-        row["ratio_vs_numpy"] = row["numpy_ms"] / row["ms_per_step"]
-    say(f"      {row['ms_per_step']:.3f} ms/step, {row['gbps']:.1f} GB/s = {row['frac_of_copy']:.2f} of copy"
-        + (f", torch {row['torch_ms']:.3f} ms ({row['ratio_vs_torch']:.2f}x)" if row["torch_ms"] else "")
-        + (f", numpy {row['numpy_ms']:.1f} ms ({row['ratio_vs_numpy']:.1f}x)" if row["numpy_ms"] else ""))
-    return row
+
+
+def _summary(row) -> str:
+    """A finished row in one line: its time, its bandwidth where it has a bytes model, its comparisons."""
+    return (f"{row['ms_per_step']:.3f} ms/step"
+            + (f", {row['gbps']:.1f} GB/s = {row['frac_of_copy']:.2f} of copy" if row["gbps"] is not None else "")
+            + (f", {row['torch_impl']} {row['torch_ms']:.3f} ms ({row['ratio_vs_torch']:.2f}x)" if row["torch_ms"]
+               else "")
+            + (f", numpy {row['numpy_ms']:.1f} ms ({row['ratio_vs_numpy']:.2g}x)" if row["numpy_ms"] else ""))
 
 
 def tune(dev, timer, args, say) -> list:

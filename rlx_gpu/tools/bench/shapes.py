@@ -4,8 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 # name -> (class name, options, state element accesses per step (reads + writes), torch optimizer and options or
-# None). A row moves at least 2*param + grad + 2*master + accesses*state bytes per element; the exceptions are
-# named in extra_bytes().
+# None). A row moves at least 2*param + grad + 2*master + accesses*state bytes per element; min_bytes() names the
+# exceptions. The matrix optimizers (accesses None) have no bytes model (their GEMMs are compute-bound): their rows
+# give the time per step beside the library they follow (rows.py says on which tensors).
 OPTIMIZERS = {
     "adamw": ("AdamW", {}, 4, ("AdamW", {"fused": True})),
     "adam": ("Adam", {}, 4, ("Adam", {"fused": True})),
@@ -31,7 +32,18 @@ OPTIMIZERS = {
     # torch's row is its fused float32 AdamW, bitsandbytes' AdamW8bit is timed beside it where it is installed
     "adamw8bit": ("AdamW", {"state_bits": 8}, 4, ("AdamW", {"fused": True})),
     "adamw4bit": ("AdamW", {"state_bits": 4}, 4, ("AdamW", {"fused": True})),
+    # row-sparse grads touching every SPARSE_EVERY-th row: only those rows move (and their row numbers);
+    # torch.optim.SparseAdam on CUDA is timed in benchmarks/sparse_bench.py
+    "sparseadam": ("SparseAdam", {}, 4, None),
+    "muon": ("Muon", {}, None, ("Muon", {})),
+    "soap": ("SOAP", {}, None, ("pytorch_optimizer.SOAP", {})),
+    "kron": ("Kron", {}, None, ("pytorch_optimizer.Kron", {})),
+    # geoopt's RiemannianSGD needs ManifoldParameters: benchmarks/stiefel_bench.py times torch's transcription of it
+    "stiefel": ("StiefelSGD", {"momentum": 0.9}, None, None),
+    # Muon on the hidden matrices and AdamW on the rest (embeddings, vectors), one submission per step
+    "partition": ("Partition", {}, None, None),
 }
+SPARSE_EVERY = 16
 # further baselines timed on the same tensors where their library imports (name: module.Class, options)
 EXTRA_BASELINES = {"adamw8bit": [("bitsandbytes.optim.AdamW8bit", {})]}
 DEFAULT_SETS = "single:67108864,gpt2-124m,gpt2-1.5b"
@@ -82,21 +94,28 @@ def scale_shapes(shapes: list, f: float) -> list:
     return [(n, (max(1, int(np.prod(s) * f)),)) for n, s in shapes]
 
 
-def min_bytes(opt: str, precision: str, shapes: list) -> int:
+def min_bytes(opt: str, precision: str, shapes: list) -> int | None:
     """The bytes a step must move at least: params read and written (with master weights: the float32 master copy
     read and written and the 16-bit param only written), grads read, the optimizer's state accesses, and the
-    gradient reads of a clip or an inf/NaN check."""
+    gradient reads of a clip or an inf/NaN check (SparseAdam: of the touched rows only). None for the matrix
+    optimizers, which have no bytes model."""
     pd, gd, sd, master = PRECISIONS[precision]
     ps, gs, ss = ITEMSIZE[pd], ITEMSIZE[gd], ITEMSIZE[sd]
     bits = OPTIMIZERS[opt][1].get("state_bits")
     if bits:  # a code per element and a float32 absmax per block (256 elements at 8 bits, 128 at 4)
         ss = bits / 8 + 4 / {8: 256, 4: 128}[bits]
     keeps_master = master and ps == 2
+    if OPTIMIZERS[opt][2] is None:
+        return None
     per = (8 + ps if keeps_master else 2 * ps) + gs + OPTIMIZERS[opt][2] * ss
     if opt in ("adamw+clip", "adamw+scaler"):
         per += gs
     total = 0
     for _, s in shapes:
         n = int(np.prod(s))
+        if opt == "sparseadam":  # the touched rows' elements, and one int32 row number per touched row
+            rows = -(-s[0] // SPARSE_EVERY)
+            total += rows * (n // s[0]) * per + 4 * rows
+            continue
         total += n * (per + (8 if opt == "adafactor" and len(s) < 2 else 0))
     return int(total)

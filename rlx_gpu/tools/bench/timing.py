@@ -2,6 +2,7 @@
 the copy bandwidth every optimizer row is compared against."""
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -84,7 +85,8 @@ def report(out: dict, path) -> None:
 
 
 def steps_for(seconds_per_step: float, target: float = 0.05) -> int:
-    return int(min(200, max(3, target / max(seconds_per_step, 1e-6))))
+    """Calls per timed run: as many as fill ``target`` seconds, 3 to 200 (1 or 2 where fewer already fill it)."""
+    return int(min(200, max(min(3, math.ceil(target / max(seconds_per_step, 1e-9))), target / max(seconds_per_step, 1e-6))))
 
 
 def copy_bandwidth(dev, timer, nbytes: int, repeats: int) -> dict:

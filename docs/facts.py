@@ -1,0 +1,94 @@
+"""What the optimizer pages say beyond the docstrings: the paper, the implementation whose semantics we follow, and
+the measured agreement with the test that holds each figure. tests/test_docs_site.py checks every row: the test
+exists and ``literal`` (the tolerance as written) is in its source, or in ``where``. The parabola and Rosenbrock
+rows come from tests/test_convergence.py's table itself (docs/gen_pages.py reads it)."""
+
+
+def row(what, tol, test, literal, where=None):
+    """One measured agreement: what is compared, the bound, the test (``file::function``) and the bound as the test
+    writes it (in the test function, or in the file ``where``)."""
+    return {"what": what, "tol": tol, "test": test, "literal": literal, "where": where}
+
+
+PARITY = row("GPU against the twin: every option set of `tests/cases.py`, 16 sizes from 0 to 278,011 elements, 12 "
+             "steps with tensors missing grads; every parameter and state buffer",
+             "|gpu − twin| ≤ 2e-5·|twin| + 1e-6·max(1, max|twin|) per tensor (bit for bit on llvmpipe except LAMB's, "
+             "MARS's and Adafactor's sums)",
+             "tests/test_parity.py::test_parity_many_tensors", "RTOL, ATOL = 2e-5, 1e-6", "tests/cases.py")
+
+
+def torch_row(name):
+    return row(f"the twin against `torch.optim.{name}` over 20 steps (a tensor without grad every 4th), params and "
+               "every state buffer", "rtol 1e-5, atol 1e-6", "tests/test_reference.py::test_twin_matches_torch",
+               "rtol=1e-5, atol=1e-6")
+
+
+FORMULA = row("the twin against a float64 transcription of the rule over 15 steps", "rtol 1e-5, atol 1e-6",
+              "tests/test_reference.py::test_twin_matches_float64_formula", "rtol=1e-5, atol=1e-6")
+
+OPTIMIZERS = {
+    "Adam": ("Kingma & Ba 2014, [Adam: A Method for Stochastic Optimization](https://arxiv.org/abs/1412.6980)",
+             "`torch.optim.Adam`", [PARITY, torch_row("Adam")]),
+    "AdamW": ("Loshchilov & Hutter 2019, [Decoupled Weight Decay Regularization](https://arxiv.org/abs/1711.05101)",
+              "`torch.optim.AdamW`", [PARITY, torch_row("AdamW")]),
+    "SGD": ("Robbins & Monro 1951; momentum as Sutskever et al. 2013", "`torch.optim.SGD`",
+            [PARITY, torch_row("SGD")]),
+    "RMSprop": ("Hinton, lecture 6e of *Neural Networks for Machine Learning* (2012)", "`torch.optim.RMSprop`",
+                [PARITY, torch_row("RMSprop")]),
+    "Adagrad": ("Duchi et al. 2011, *Adaptive Subgradient Methods*", "`torch.optim.Adagrad`",
+                [PARITY, torch_row("Adagrad")]),
+    "LAMB": ("You et al. 2020, [Large Batch Optimization for Deep Learning](https://arxiv.org/abs/1904.00962)",
+             "apex's `FusedLAMB`",
+             [PARITY, row("the twin against hand-worked values of the trust ratio for one step", "rtol 2e-6",
+                          "tests/test_reference.py::test_lamb_trust_ratio", "rtol=2e-6")]),
+    "NAdamW": ("Dozat 2016, *Incorporating Nesterov Momentum into Adam*; decoupled decay as AdamW",
+               "`torch.optim.NAdam(decoupled_weight_decay=True)`", [PARITY, torch_row("NAdam")]),
+    "RAdam": ("Liu et al. 2020, [On the Variance of the Adaptive Learning Rate and Beyond]"
+              "(https://arxiv.org/abs/1908.03265)", "`torch.optim.RAdam`", [PARITY, torch_row("RAdam")]),
+    "QHAdamW": ("Ma & Yarats 2019, [Quasi-hyperbolic momentum and Adam](https://arxiv.org/abs/1810.06801)",
+                "facebookresearch/qhoptim's `QHAdamW`", [PARITY, FORMULA]),
+    "Lion": ("Chen et al. 2023, [Symbolic Discovery of Optimization Algorithms](https://arxiv.org/abs/2302.06675)",
+             "lion-pytorch", [PARITY, FORMULA]),
+    "Mars": ("Yuan et al. 2024, [MARS: Unleashing the Power of Variance Reduction](https://arxiv.org/abs/2411.10438)",
+             "AGI-Arena/MARS's MARS-AdamW (approximate variant)", [PARITY, FORMULA]),
+    "Adafactor": ("Shazeer & Stern 2018, [Adafactor](https://arxiv.org/abs/1804.04235)",
+                  "`torch.optim.Adafactor` (torch ≥ 2.5)", [PARITY, torch_row("Adafactor")]),
+    "SophiaH": ("Liu et al. 2023, [Sophia](https://arxiv.org/abs/2305.14342), with a Hutchinson estimate passed "
+                "every k steps", "the paper's rule (`opt.update_hessian`)",
+                [PARITY, row("the twin against a float64 transcription over 15 steps with three Hessian updates",
+                             "rtol 1e-5, atol 1e-6", "tests/test_reference.py::test_sophia_twin_matches_float64_formula",
+                             "rtol=1e-5, atol=1e-6")]),
+    "SparseAdam": ("Kingma & Ba 2014, lazily on the touched rows", "`torch.optim.SparseAdam`",
+                   [row("the twin against `torch.optim.SparseAdam` over 20 steps with repeated rows", "rtol 2e-6",
+                        "tests/test_sparse.py::test_against_torch_and_twin", "(2e-6, 1e-7)", "tests/test_sparse.py"),
+                    row("GPU against the twin, same steps", "bit for bit on the CPU adapter; rtol 1e-5, atol 1e-6 "
+                        "elsewhere", "tests/test_sparse.py::test_against_torch_and_twin", "return 1e-5, 1e-6",
+                        "tests/test_sparse.py")]),
+    "Muon": ("Jordan et al. 2024, [Muon](https://kellerjordan.github.io/posts/muon/)",
+             "`torch.optim.Muon` (its Newton-Schulz in float32 here)",
+             [row("the twin against `torch.optim.Muon` with a float32 copy of its Newton-Schulz, 10 steps, a tensor "
+                  "missing a grad", "params 2e-6, momentum 1e-6 absolute",
+                  "tests/test_muon.py::test_muon_against_torch_and_twin", "rtol=0, atol=2e-6"),
+              row("GPU against the twin, same steps", "params 2e-6, momentum 1e-6 absolute",
+                  "tests/test_muon.py::test_muon_against_torch_and_twin", "atol=1e-6")]),
+    "StiefelSGD": ("Bonnabel 2013, *Stochastic gradient descent on Riemannian manifolds*",
+                   "geoopt's `RiemannianSGD` on `EuclideanStiefel` / `CanonicalStiefel`",
+                   [row("the twin against geoopt over 30 steps", "5e-6 (Euclidean), 1e-4 (canonical) absolute",
+                        "tests/test_stiefel.py::test_twin_equals_geoopt",
+                        'tol = 5e-6 if manifold == "euclidean" else 1e-4'),
+                    row("GPU against the twin every step", "params 3e-6 (Euclidean), 3e-5 (canonical); momentum 10x",
+                        "tests/test_stiefel.py::test_gpu_equals_twin", 'tol = 3e-6 if manifold == "euclidean" else 3e-5')]),
+    "SOAP": ("Vyas et al. 2024, [SOAP: Improving and Stabilizing Shampoo using Adam](https://arxiv.org/abs/2409.11321)",
+             "`pytorch_optimizer.SOAP` 4.1.0",
+             [row("the twin against pytorch_optimizer.SOAP over 12 steps with three refreshes", "params 1e-5 absolute",
+                  "tests/test_soap.py::test_twin_equals_pytorch_optimizer", "atol=1e-5"),
+              row("GPU against the twin every step, every state buffer (Q up to sign)", "params 1e-5 absolute",
+                  "tests/test_soap.py::test_gpu_equals_twin", "atol=1e-5")]),
+    "Kron": ("Li 2018, [Preconditioner on Matrix Lie Group for SGD](https://arxiv.org/abs/1809.10232) (PSGD)",
+             "kron-torch; `pytorch_optimizer.Kron` 4.1.0's update",
+             [row("the twin against pytorch_optimizer.Kron fed the twin's probes and draws, 12 steps",
+                  "params and factors 1e-6 absolute", "tests/test_kron.py::test_twin_equals_pytorch_optimizer",
+                  "atol=1e-6"),
+              row("GPU against the twin every step, update probability 0.5", "1e-6 absolute",
+                  "tests/test_kron.py::test_gpu_equals_twin", "atol=1e-6")]),
+}
