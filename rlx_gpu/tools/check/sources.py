@@ -110,7 +110,8 @@ def shipped() -> list:
     for f, consts in (("amp.wgsl", {}), ("copy.wgsl", {"WG": wg, "EPT": ept}), ("sparse.wgsl", {}), ("gemm.wgsl", {}),
                       ("muon.wgsl", {}), ("topk.wgsl", {"EF": True}), ("topk.wgsl", {"EF": False}),
                       ("topk_rebuild.wgsl", {}), ("stiefel.wgsl", {}), ("partition.wgsl", {}),
-                      ("cholqr.wgsl", {}), ("soap.wgsl", {}), ("kron.wgsl", {}), ("gemm16.wgsl", {})):
+                      ("cholqr.wgsl", {}), ("soap.wgsl", {}), ("kron.wgsl", {}), ("gemm16.wgsl", {}),
+                      ("qat_kernels.wgsl", {"WG": 256, "EPT": 4})):
         code, origin = src.resolve(d / f)
         out.append(Source(d / f, code, origin, src.entry_points(code), consts))
     return out
