@@ -20,8 +20,11 @@ fn fq_bad(qf: f32, per_channel: bool) -> bool {
 }
 fn fq_code(x: f32, inv_scale: f32, zp: f32, qmin: f32, qmax: f32, per_channel: bool) -> f32 {
     let qf = fq_qf(x, inv_scale, zp);
-    return select(fq_clamp(qf, qmin, qmax), qmin, fq_bad(qf, per_channel));
+    return fq_pz(select(fq_clamp(qf, qmin, qmax), qmin, fq_bad(qf, per_channel)));
 }
+// -0 as +0, on the bits (torch's codes are integers; a compiler may fold 0.0 + round(-0.3) to -0.0, and a float
+// test for zero may be folded away under its no-signed-zeros assumption)
+fn fq_pz(v: f32) -> f32 { return bitcast<f32>(select(bitcast<u32>(v), 0u, bitcast<u32>(v) == 0x80000000u)); }
 fn fq_mask(x: f32, inv_scale: f32, zp: f32, qmin: f32, qmax: f32, per_channel: bool) -> bool {
     let qf = fq_qf(x, inv_scale, zp);
     return !fq_bad(qf, per_channel) && qf >= qmin && qf <= qmax;
