@@ -100,8 +100,7 @@ class QatMixin:
         writers = [p for p in self.passes if p.kind == "elementwise" and p.param == "rw"]
         if len(writers) != 1 or any(p.kind == "custom" for p in self.passes):
             raise ValueError(f"{name}: qat= needs an optimizer whose parameters one elementwise pass writes "
-                             "(Adam, AdamW, SGD, RMSprop, Adagrad, LAMB, NAdamW, RAdam, QHAdamW, Lion, SophiaH, Mars, "
-                             "Adafactor)")
+                             "(Adam, AdamW, SGD, RMSprop, Adagrad, LAMB, NAdamW, RAdam, QHAdamW, Lion, SophiaH, Mars)")
         if any(b.sig.qbits for b in self.buckets):
             raise ValueError(f"{name}: qat= does not combine with state_bits (block-quantized states)")
         n, ents, chan, code, vals = len(self._names), [], 0, 0, 0
