@@ -28,7 +28,8 @@ from .groups import resolve_lr_scale
 from .lowp import as_bits, dtype_of
 
 SAVED_OPTIONS = ("clip_grad_norm", "skip_nonfinite", "master_weights", "stochastic_rounding", "rounding_seed",
-                 "state_dtype", "state_bits", "min_quantized_size", "grad_dtype")
+                 "state_dtype", "state_bits", "min_quantized_size", "grad_dtype", "qat")
+GPU_ONLY = ("qat",)  # (the quantized copies of the qat= export: a twin loads the checkpoint without them)
 
 
 def _jsonable(v):
@@ -59,7 +60,7 @@ def save(opt, path) -> None:
     meta = {"format": FORMAT, "version": VERSION, "class": type(opt).__name__, "names": names,
             "shapes": [list(params[n].shape) for n in names], "dtypes": [dtype_of(params[n].dtype).name for n in names],
             "steps": steps, "state": state, "lr_scale": [float(opt.lr_scale[n]) for n in names],
-            "options": {k: _jsonable(opt.options[k]) for k in SAVED_OPTIONS},
+            "options": {k: _jsonable(opt.options[k]) for k in SAVED_OPTIONS if k in opt.options},
             "param_groups": [{k: _jsonable(v) for k, v in g.items()} for g in sd["param_groups"]]}
     try:
         text = json.dumps(meta, ensure_ascii=True, allow_nan=False)
@@ -95,7 +96,7 @@ def load(cls, path, device=None):
     groups = [{"params": {n: params[n] for n in g["params"]},
                **{k: (tuple(v) if isinstance(v, list) else v) for k, v in g.items() if k in known}}
               for g in meta["param_groups"]]
-    kw = {k: v for k, v in meta["options"].items() if k in SAVED_OPTIONS}
+    kw = {k: v for k, v in meta["options"].items() if k in SAVED_OPTIONS and (target.on_device or k not in GPU_ONLY)}
     kw["lr_scale"] = dict(zip(meta["names"], meta["lr_scale"]))
     if target.on_device:
         kw["device"] = device

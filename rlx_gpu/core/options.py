@@ -6,7 +6,7 @@ argument parsing and the "Options" part of its docstring come from here, for the
     AdamW(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, amsgrad=False, maximize=False, *,
           lr_scale=None, clip_grad_norm=None, skip_nonfinite=False, master_weights=False, stochastic_rounding=False,
           rounding_seed=0, state_dtype='float32', state_bits=None, min_quantized_size=4096, grad_dtype=None,
-          device=None)
+          qat=None, device=None)
 """
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ OPTIONS = (
     Option("min_quantized_size", 4096, "tensors with fewer elements keep unquantized states under state_bits "
            "(bitsandbytes' rule)."),
     Option("grad_dtype", None, "dtype of the gradient slots: None (each parameter's dtype) or 'float32'."),
+    Option("qat", None, "quantized copies written in each step (quantization-aware training): a dict name -> "
+           "'int8' | 'int4' [+ '/channel'] [+ '/values' | '/values-bf16'] (README: Quantization-aware training); "
+           "``opt.qat[name]`` holds each copy.", gpu_only=True),
     Option("device", None, "adapter selector (see ``rlx_gpu.get_device``): a backend, 'cpu', 'gpu' or part of an "
            "adapter's name; default ``RLX_GPU_ADAPTER`` or the best adapter.", gpu_only=True),
 )

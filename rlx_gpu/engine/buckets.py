@@ -63,7 +63,8 @@ def make_buckets(device, label: str, dtypes: list, sizes: list, options: dict, b
     for t, d in enumerate(dtypes):
         q = options.get("state_bits") or 0
         q = q if q and sizes[t] >= options["min_quantized_size"] else 0
-        sig = Signature(d, grad_dt or d, state_dt, bool(options["master_weights"] and d.low), device.native_f16, q)
+        sig = Signature(d, grad_dt or d, state_dt, bool(options["master_weights"] and d.low), device.native_f16, q,
+                        bool(options.get("qat")))
         groups.setdefault(sig, []).append(t)
     out, base = [], 0
     for sig, ids in groups.items():

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ..core.lowp import F32
 from ..runtime.source import resolve, shader_dir, typed_array
+from .qat import driver_lines, qat_load
 from .qcodegen import param_grad_loads, q_bindings, q_elementwise, q_helpers
 
 __all__ = ["Pass", "Signature", "Text", "optimizer_module", "engine_module", "optimizer_text", "engine_text"]
@@ -69,6 +70,7 @@ class Signature:
     master: bool
     native_f16: bool
     qbits: int = 0  # block-quantized states (8 or 4 bits per code; 0: none)
+    qat: bool = False  # tensors with a quantized copy written in the step (engine/qat.py)
 
     @property
     def f16(self) -> bool:
@@ -114,37 +116,39 @@ def _head(record, sig) -> tuple[Text, itertools.count]:
     return t, idx
 
 
-def _elementwise(p: Pass, present) -> str:
+def _elementwise(p: Pass, present, qat: bool = False) -> str:
     """The generated driver of one elementwise pass over the state buffers ``present`` in its bucket (an absent
     one is a zero the compiler can see, with no binding, load or store). Padding lanes past a tensor's end are
     stored as zero (they are zero: arenas are zero-filled and only tensor ranges are written), so no old value
     stays live in a register across the update: the kernels are bound by memory, and registers are occupancy
     (PERF_NOTES 31). A reducing pass ends in workgroup barriers, so everything before them stays in uniform
     control flow (no early return or break on values read from read-write storage: Tint checks this, and it is
-    what WGSL requires); the others return early."""
+    what WGSL requires); the others return early. ``qat``: the export's variant of the pass that writes the
+    params (engine/qat.py: each stored weight noted in its channel's amax; barriers, so uniform too)."""
     reads = [s for s in p.reads if s in present]
     writes = [s for s in p.writes if s in present]
     red = bool(p.reduce)
-    skip = "return;" if not red else ""
+    uniform = red or qat
+    q_before, q_note, q_after = driver_lines() if qat else ([], [], [])
     L = ["@compute @workgroup_size(WG)",
          f"fn {p.kernel}(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,",
          "        @builtin(local_invocation_index) lid: u32) {",
          "    let blk = active_block(wid, nwg);"]
     cond = "blk.x != NONE"
-    if red:
+    if uniform:
         L += ["    let r = rec(select(0u, blk.x, blk.x != NONE));"]
         if p.only_if:
             cond += f" && has(r, {p.only_if.upper()})"
-        L += [f"    let live = {cond};", "    var acc = vec2<f32>(0.0);"]
+        L += [f"    let live = {cond};", "    var acc = vec2<f32>(0.0);"] + q_before
     else:
-        L += [f"    if (blk.x == NONE) {{ {skip} }}", "    let r = rec(blk.x);"]
+        L += ["    if (blk.x == NONE) { return; }", "    let r = rec(blk.x);"]
         if p.only_if:
             L.append(f"    if (!has(r, {p.only_if.upper()})) {{ return; }}")
     if p.grad:
         L += ["    let gm = grad_mul();", f"    let neg = {'has(r, MAXIMIZE)' if p.signed else 'false'};"]
     L += ["    for (var k = 0u; k < EPT; k++) {",
           "        let i = blk.y + k * WG + lid;",
-          "        if (live && 4u * i < blk.z) {" if red else "        if (4u * i >= blk.z) { break; }",
+          "        if (live && 4u * i < blk.z) {" if uniform else "        if (4u * i >= blk.z) { break; }",
           "        let keep = tail(i, blk.z);",
           "        let zero = vec4<f32>(0.0);",
           "        let e = elem0(blk, r, i);"]
@@ -161,10 +165,14 @@ def _elementwise(p: Pass, present) -> str:
         L.append(f"        if (has(r, HAS_{s.upper()})) {{ st_{s}(i, select(o.s.{s}, zero, keep)); }}")
     if p.param == "rw":
         L.append("        store_p(i, select(o.p, zero, keep), r, e);")
+    L += q_note
     if red:
         L += ["        acc = acc + vec2<f32>(dot(select(o.sum_a, zero, keep), vec4<f32>(1.0)), "
-              "dot(select(o.sum_b, zero, keep), vec4<f32>(1.0)));", "        }"]
+              "dot(select(o.sum_b, zero, keep), vec4<f32>(1.0)));"]
+    if uniform:
+        L.append("        }")
     L.append("    }")
+    L += q_after
     if red:
         dest = {"x": "partials[blk.w].x = red2[0].x;", "y": "partials[blk.w].y = red2[0].y;",
                 "xy": "partials[blk.w] = red2[0];"}[p.reduce]
@@ -246,12 +254,16 @@ def optimizer_text(opt, sig: Signature, present=None) -> Text:
     t.gen(_param_helpers(sig.master, sig.param.low))
     t.gen(_round_state(sig))
     t.file(opt.shader, idx)
+    if sig.qat:
+        t.gen(qat_load(sig))
+        t.file("qat_export.wgsl", idx)
     if quantized:
         nw = max(len([s for s in p.writes if s in present]) for p in passes if p.kind == "elementwise")
         t.gen(q_helpers(states, present, quantized, sig.qbits, nw, opt.EPT))
     for p in passes:
         if p.kind == "elementwise":
-            t.gen(q_elementwise(p, present, quantized, sig.qbits, opt.EPT) if quantized else _elementwise(p, present))
+            t.gen(q_elementwise(p, present, quantized, sig.qbits, opt.EPT) if quantized
+                  else _elementwise(p, present, sig.qat and p.param == "rw"))
         elif p.kind == "per_tensor":
             t.gen(_per_tensor(p))
     return t

@@ -24,6 +24,7 @@ from ..runtime.device import get_device
 from ..runtime.kernels import get_kernel
 from .buckets import make_buckets
 from .codegen import Pass, optimizer_module
+from .qat import QatMixin
 from .qcodegen import QK
 from .records import Record
 from .reductions import ReduceMixin
@@ -35,7 +36,7 @@ from .steps import StepMixin
 __all__ = ["Optimizer", "Pass"]
 
 
-class Optimizer(StepMixin, SparseMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Checkpointable):
+class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Checkpointable):
     """Base class of the GPU optimizers (use a subclass, e.g. :class:`rlx_gpu.AdamW`; ``Optimizer.load(path)``
     makes the class a checkpoint names). A subclass is a declaration: ``spec`` (its NumPy twin), ``shader`` (its
     WGSL update function), ``fields``/``flags`` (its record) and ``passes``; CONTRIBUTING.md shows one whole.
@@ -139,6 +140,7 @@ class Optimizer(StepMixin, SparseMixin, ReduceMixin, StateMixin, HostIOMixin, To
         self._kernels: dict = {}
         self._init_host_state()
         self._init_reductions()
+        self._init_qat()
 
     @property
     def options(self) -> dict:
@@ -178,6 +180,7 @@ class Optimizer(StepMixin, SparseMixin, ReduceMixin, StateMixin, HostIOMixin, To
         if self._partials is not None:
             out["partials"] = self._partials
         out.update(self._extra_buffers(bucket, chunk))
+        out.update(self._qat_buffers())
         return out
 
     def _extra_buffers(self, bucket, chunk: int) -> dict:
@@ -211,7 +214,7 @@ class Optimizer(StepMixin, SparseMixin, ReduceMixin, StateMixin, HostIOMixin, To
                         if p.kind == "elementwise" and b.sig.qbits:
                             n = -(-len(blk) // QK)  # (a quantized pass steps QK blocks per workgroup)
                         plan.append((self._kernel(b, p.kernel), self._bind(p.kernel, b, c), n))
-            self._binds["plan"] = plan
+            self._binds["plan"] = plan + self._qat_plan()
         for k, bind, n in self._binds["plan"]:
             k.dispatch(enc, bind, n)
 

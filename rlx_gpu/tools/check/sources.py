@@ -91,6 +91,10 @@ def shipped() -> list:
             for label, pd, gd, sd, master, native in SIGNATURES[:2]:
                 t = optimizer_text(cls, Signature(pd, gd, sd, master, native, bits))
                 out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label}, {bits}-bit)"))
+        if cls.__name__ == "AdamW":  # the qat= export's variant (engine/qat.py), with its own entry points
+            t = optimizer_text(cls, Signature(F32, F32, F32, False, False, qat=True))
+            out.append(Source(d / cls.shader, t.text(), t.origin, entries + ["qat_amax", "qat_rescale", "qat_encode"],
+                              consts, f"{name} (float32, qat export)"))
         # and as a bucket usually is: only the state buffers a default group makes (the others left out)
         present = tuple(s for s in cls.spec.state_names(dict(cls.spec.defaults)) if s in cls.arena_states)
         if present != tuple(cls.arena_states):
@@ -110,7 +114,8 @@ def shipped() -> list:
     for f, consts in (("amp.wgsl", {}), ("copy.wgsl", {"WG": wg, "EPT": ept}), ("sparse.wgsl", {}), ("gemm.wgsl", {}),
                       ("muon.wgsl", {}), ("topk.wgsl", {"EF": True}), ("topk.wgsl", {"EF": False}),
                       ("topk_rebuild.wgsl", {}), ("stiefel.wgsl", {}), ("partition.wgsl", {}),
-                      ("cholqr.wgsl", {}), ("soap.wgsl", {}), ("kron.wgsl", {}), ("gemm16.wgsl", {})):
+                      ("cholqr.wgsl", {}), ("soap.wgsl", {}), ("kron.wgsl", {}), ("gemm16.wgsl", {}),
+                      ("qat_kernels.wgsl", {"WG": 256, "EPT": 4})):
         code, origin = src.resolve(d / f)
         out.append(Source(d / f, code, origin, src.entry_points(code), consts))
     return out

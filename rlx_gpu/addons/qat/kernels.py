@@ -1,0 +1,135 @@
+"""Running ``shaders/qat_kernels.wgsl``: operands (NumPy arrays uploaded, float32 DeviceTensors bound in place),
+the argument words, per-channel quantization parameters on the device (:class:`QParams`), results of the kind
+given."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...linalg import _standalone
+from ...runtime.arena import DeviceTensor
+from ...runtime.device import get_device
+from ...runtime.kernels import grid, shipped_kernel
+
+__all__ = ["QParams", "Operand", "operand", "run", "args_words", "PER_CHANNEL", "E5M2", "SATURATE", "MOVING",
+           "SYMMETRIC"]
+
+F32 = np.float32
+PER_CHANNEL, E5M2, SATURATE, MOVING, SYMMETRIC = 1, 2, 4, 8, 16
+WG, EPT = 256, 4
+SHADER = "qat_kernels.wgsl"
+
+
+class QParams:
+    """Quantization parameters on the device: per channel (scale, 1/scale, zero point), one vec4 each (an
+    observer's, or uploaded by :meth:`upload`). ``numpy()`` gives ``(scale float32, zero_point int64)``."""
+
+    def __init__(self, device, channels: int, label: str = "qat.qparams"):
+        self.device, self.channels = device, int(channels)
+        self.buffer = device.buffer(16 * max(1, self.channels), label)
+
+    @classmethod
+    def upload(cls, device, scale, zero_point) -> "QParams":
+        s = np.asarray(scale, F32).reshape(-1)
+        z = np.asarray(zero_point, np.int64).reshape(-1)
+        q = cls(device, s.size)
+        words = np.zeros((s.size, 4), F32)
+        words[:, 0], words[:, 1], words[:, 2] = s, F32(1) / s, z.astype(F32)  # (1.0f / scale: torch's inverse)
+        device.queue.write_buffer(q.buffer, 0, words)
+        return q
+
+    def numpy(self):
+        w = self.device.read(self.buffer, 0, 16 * self.channels, out=np.empty((self.channels, 4), F32))
+        return w[:, 0].copy(), w[:, 2].astype(np.int64)
+
+    def binding(self) -> dict:
+        """``{"buffer", "offset", "size"}``: ``array<vec4<f32>>`` of (scale, 1/scale, zero point, 0) per channel."""
+        return {"buffer": self.buffer, "offset": 0, "size": self.buffer.size}
+
+
+class Operand:
+    """A float32 tensor on the device: (buffer, byte offset, bytes bound: whole vec4s), its shape and device;
+    ``host`` is True for an uploaded NumPy array."""
+
+    def __init__(self, buf, offset, shape, device, host):
+        self.buf, self.offset, self.shape, self.device, self.host = buf, offset, tuple(shape), device, host
+        self.n = int(np.prod(self.shape, dtype=np.int64))
+        self.size = max(16, -(-4 * self.n // 16) * 16)
+
+    def res(self):
+        return self.buf, self.offset, self.size
+
+
+def operand(who: str, name: str, x, device=None) -> Operand:
+    """``x`` (a float32 NumPy array, uploaded, or a float32 DeviceTensor in one binding) as an :class:`Operand`."""
+    if isinstance(x, DeviceTensor):
+        if x.dtype != np.float32:
+            raise TypeError(f"{who}: {name} is a DeviceTensor of {x.dtype}, expected float32")
+        b = x.bindings()
+        if len(b) != 1:
+            raise ValueError(f"{who}: {name} ({x.name!r}) is split over {len(b)} storage bindings; pass a tensor "
+                             "within the adapter's max storage binding")
+        if device is not None and x.device.device is not device.device:
+            raise ValueError(f"{who}: {name} is on {x.device.name}, another operand on {device.name}")
+        return Operand(b[0]["buffer"], b[0]["offset"], x.shape, x.device, False)
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise TypeError(f"{who}: {name} must be a float32 NumPy array or DeviceTensor, got "
+                        f"{getattr(x, 'dtype', type(x).__name__)}")
+    dev = device or get_device(None)
+    flat = np.zeros(-(-max(x.size, 1) // 4) * 4, F32)
+    flat[:x.size] = x.reshape(-1)
+    return Operand(dev.buffer(flat.nbytes, f"qat.{name}", data=flat), 0, x.shape, dev, True)
+
+
+def args_words(n, channels=1, inner=None, flags=0, qmin=0.0, qmax=0.0, grad_factor=1.0, averaging=0.0, eps=0.0,
+               sym_zp=0.0) -> np.ndarray:
+    """The kernels' ``args`` (qat_kernels.wgsl's header names them)."""
+    w = np.zeros(16, np.uint32)
+    w[:4] = [n, max(1, channels), max(1, n if inner is None else inner), flags]
+    w[4:10] = np.array([qmin, qmax, grad_factor, averaging, eps, sym_zp], F32).view(np.uint32)
+    return w
+
+
+def groups(n: int) -> int:
+    return max(1, -(-n // (4 * WG * EPT)))
+
+
+def dispatch(enc, dev, entry: str, n_groups: int, **bufs) -> None:
+    """Record one dispatch of ``entry`` with buffers by binding name ((buffer, offset, size) or a buffer)."""
+    k = shipped_kernel(dev, SHADER, entry, WG=WG, EPT=EPT)
+    full = {}
+    for name in k.bindings:
+        b = bufs.get(name)
+        full[name] = b if isinstance(b, tuple) else (b, 0, b.size)
+    x, y = grid(n_groups, dev.max_workgroups)
+    p = enc.begin_compute_pass()
+    p.set_pipeline(k.pipeline)
+    p.set_bind_group(0, k.bind(full))
+    p.dispatch_workgroups(x, y, 1)
+    p.end()
+
+
+def run(who: str, entry: str, x: Operand, words: np.ndarray, qp=None, dy: Operand | None = None, partials=False):
+    """One elementwise kernel over ``x``: the result (and with ``partials`` the buffer of per-workgroup sums) as
+    the kind ``x`` came in: a NumPy array or a new DeviceTensor."""
+    dev = x.device
+    out = _standalone(dev, x.shape if x.n else (1,), f"qat.{entry}")
+    r = out.binding()
+    ng = groups(x.n)
+    bufs = {"args": dev.buffer(64, "qat.args", data=words), "xin": x.res(), "yout": (r["buffer"], r["offset"],
+                                                                                  max(16, -(-r["size"] // 16) * 16)),
+            "qp": qp.buffer if qp is not None else dev.buffer(16, "qat.qp"),
+            "dyin": dy.res() if dy is not None else x.res()}
+    part = dev.buffer(8 * ng, "qat.partials") if partials else None
+    if part is not None:
+        bufs["part"] = part
+    enc = dev.encoder()
+    dispatch(enc, dev, entry, ng, **bufs)
+    if part is not None:
+        dispatch(enc, dev, "lsq_sum", 1, args=dev.buffer(64, "qat.args", data=args_words(ng)), part=part)
+    dev.submit(enc)
+    sums = dev.read(part, 0, 8, out=np.empty(2, F32)) if part is not None else None
+    if not x.n:
+        res = np.zeros(x.shape, F32) if x.host else out
+    else:
+        res = out.numpy().reshape(x.shape) if x.host else DeviceTensor(out._arena, 0, out.name, x.shape)
+    return res, sums

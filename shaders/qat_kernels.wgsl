@@ -1,0 +1,234 @@
+// The kernels of rlx_gpu.qat over float32 tensors: fake quantization (affine per tensor or per channel, fp8), its
+// straight-through and LSQ gradients, and the min/max observers. The functions are qat.wgsl's.
+//   args: n (elements), channels C, inner (elements per channel run: channel of element e = (e / inner) % C),
+//         flags, qmin, qmax (f32 bits), grad_factor (f32 bits), averaging constant (f32 bits), eps (f32 bits),
+//         observer kind (symmetric, unsigned zero point), zero point of a symmetric scheme
+//   qp:   per channel (scale, 1/scale, zero point, 0)
+// #include "qat.wgsl"
+
+override WG: u32 = 256u;
+override EPT: u32 = 4u;
+
+const PER_CHANNEL: u32 = 1u;
+const E5M2: u32 = 2u;
+const SATURATE: u32 = 4u;
+const MOVING: u32 = 8u;
+const SYMMETRIC: u32 = 16u;
+
+@group(0) @binding(0) var<storage, read> args: array<u32>;
+@group(0) @binding(1) var<storage, read_write> qp: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> xin: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> yout: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> dyin: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> part: array<vec2<f32>>;
+@group(0) @binding(6) var<storage, read_write> mm: array<atomic<u32>>;   // per channel: ordered min, max bits
+@group(0) @binding(7) var<storage, read_write> obs: array<vec2<f32>>;    // per channel: observed (min, max)
+
+fn n_elems() -> u32 { return args[0]; }
+fn flag(f: u32) -> bool { return (args[3] & f) != 0u; }
+fn argf(i: u32) -> f32 { return bitcast<f32>(args[i]); }
+fn chan(e: u32) -> u32 { return (e / args[2]) % args[1]; }
+fn base(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 { return (wid.x + wid.y * nwg.x) * WG * EPT + lid; }
+
+// One element through the affine fake quantizer; `mask` for the straight-through gradient.
+fn fq1(v: f32, e: u32) -> f32 {
+    let p = qp[chan(e)];
+    return fake_quant(v, p.x, p.y, p.z, argf(4u), argf(5u), flag(PER_CHANNEL));
+}
+fn mask1(v: f32, e: u32) -> bool {
+    let p = qp[chan(e)];
+    return fq_mask(v, p.y, p.z, argf(4u), argf(5u), flag(PER_CHANNEL));
+}
+
+@compute @workgroup_size(WG)
+fn fq_affine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    for (var k = 0u; k < EPT; k++) {
+        let i = base(wid, nwg, lid) + k * WG;
+        if (4u * i >= n_elems()) { return; }
+        let v = xin[i];
+        let e = 4u * i;
+        yout[i] = vec4<f32>(fq1(v.x, e), fq1(v.y, e + 1u), fq1(v.z, e + 2u), fq1(v.w, e + 3u));
+    }
+}
+
+@compute @workgroup_size(WG)
+fn fq_fp8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let e5 = flag(E5M2);
+    let sat = flag(SATURATE);
+    for (var k = 0u; k < EPT; k++) {
+        let i = base(wid, nwg, lid) + k * WG;
+        if (4u * i >= n_elems()) { return; }
+        let v = xin[i];
+        yout[i] = vec4<f32>(fake_quant_fp8(v.x, e5, sat), fake_quant_fp8(v.y, e5, sat), fake_quant_fp8(v.z, e5, sat),
+                         fake_quant_fp8(v.w, e5, sat));
+    }
+}
+
+// dx = dy * mask (affine) or dy where fp8_mask (flags E5M2/SATURATE with qmin > qmax marking fp8)
+@compute @workgroup_size(WG)
+fn ste(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+       @builtin(local_invocation_index) lid: u32) {
+    let fp8 = argf(4u) > argf(5u);
+    for (var k = 0u; k < EPT; k++) {
+        let i = base(wid, nwg, lid) + k * WG;
+        if (4u * i >= n_elems()) { return; }
+        let v = xin[i];
+        let e = 4u * i;
+        if (fp8) {  // (torch.clamp's backward selects: a masked gradient is +0)
+            let m = vec4<bool>(fp8_mask(v.x, flag(E5M2), flag(SATURATE)), fp8_mask(v.y, flag(E5M2), flag(SATURATE)),
+                               fp8_mask(v.z, flag(E5M2), flag(SATURATE)), fp8_mask(v.w, flag(E5M2), flag(SATURATE)));
+            yout[i] = select(vec4<f32>(0.0), dyin[i], m);
+        } else {  // (torch multiplies by the mask: a masked -g is -0, a masked NaN stays NaN)
+            let m = vec4<bool>(mask1(v.x, e), mask1(v.y, e + 1u), mask1(v.z, e + 2u), mask1(v.w, e + 3u));
+            yout[i] = dyin[i] * select(vec4<f32>(0.0), vec4<f32>(1.0), m);
+        }
+    }
+}
+
+// LSQ (torch's _fake_quantize_learnable_per_tensor_affine backward): dx into yout, per-workgroup sums of the
+// per-element scale and zero-point gradients into part (summed by lsq_sum). qp[0] = (scale, 1/scale, zp, 0) with
+// zp torch's backward zero point, int(clamp(zero_point + 0.5)).
+var<workgroup> red: array<vec2<f32>, WG>;
+fn lsq1(xv: f32, g: f32) -> vec3<f32> {  // (dx, dscale, dzero_point) of one element
+    let p = qp[0];
+    let qmin = argf(4u);
+    let qmax = argf(5u);
+    let gf = argf(6u);
+    let qf = round(p.z + xv * p.y);
+    let bad = fq_bad(qf, true);
+    let lo = bad || qf < qmin;
+    let hi = !bad && qf > qmax;
+    let inside = !lo && !hi;
+    let dx = g * select(0.0, 1.0, inside);  // (torch multiplies by the mask: a masked -g gives -0)
+    if (inside) {
+        let xfq = (fq_clamp(qf, qmin, qmax) - p.z) * p.x;
+        return vec3<f32>(dx, g * (xfq - xv) * p.y * gf, 0.0);
+    }
+    let ds = select(g * (qmax - p.z), g * (qmin - p.z), lo) * gf;
+    return vec3<f32>(dx, ds, g * -1.0 * p.x * gf);
+}
+@compute @workgroup_size(WG)
+fn lsq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+       @builtin(local_invocation_index) lid: u32) {
+    var acc = vec2<f32>(0.0);
+    for (var k = 0u; k < EPT; k++) {
+        let i = base(wid, nwg, lid) + k * WG;
+        if (4u * i < n_elems()) {
+            let v = xin[i];
+            let g = dyin[i];
+            var d = vec4<f32>(0.0);
+            for (var l = 0u; l < 4u; l++) {
+                if (4u * i + l < n_elems()) {
+                    let r = lsq1(v[l], g[l]);
+                    d[l] = r.x;
+                    acc = acc + r.yz;
+                }
+            }
+            yout[i] = d;
+        }
+    }
+    red[lid] = acc;
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        workgroupBarrier();
+        if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
+    }
+    if (lid == 0u) { part[wid.x + wid.y * nwg.x] = red[0]; }
+}
+@compute @workgroup_size(WG)
+fn lsq_sum(@builtin(local_invocation_index) lid: u32) {  // one workgroup: part[0] = the sum of args[0] partials
+    var acc = vec2<f32>(0.0);
+    for (var j = lid; j < args[0]; j = j + WG) { acc = acc + part[j]; }
+    red[lid] = acc;
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        workgroupBarrier();
+        if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
+    }
+    if (lid == 0u) { part[0] = red[0]; }
+}
+
+// -- observers --------------------------------------------------------------------------------------------------
+// Float order as u32 order: negative floats bit-flipped, positive ones with the sign bit set. A NaN maps to
+// 0xffffffff in both slots (min slot inverted), so it wins the max and the min and reads back as NaN.
+fn ord(v: f32) -> u32 {
+    let b = bitcast<u32>(v);
+    if (fq_isnan(v)) { return 0xffffffffu; }
+    return select(b | 0x80000000u, ~b, (b >> 31u) == 1u);
+}
+fn unord(u: u32) -> f32 {
+    if (u == 0xffffffffu) { return bitcast<f32>(u & 0x7fffffffu); }  // (a NaN; Tint refuses NaN constants)
+    return bitcast<f32>(select(~u, u & 0x7fffffffu, (u >> 31u) == 1u));
+}
+fn nan_of(a: f32, b: f32) -> f32 { return select(b, a, fq_isnan(a)); }  // whichever is NaN (torch.min/max's)
+// mm[2c] holds ~ord(min) (so atomicMax takes the min), mm[2c + 1] ord(max); both 0 = nothing seen.
+@compute @workgroup_size(WG)
+fn obs_minmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    for (var k = 0u; k < EPT; k++) {
+        let i = base(wid, nwg, lid) + k * WG;
+        if (4u * i >= n_elems()) { return; }
+        let v = xin[i];
+        for (var l = 0u; l < 4u; l++) {
+            let e = 4u * i + l;
+            if (e < n_elems()) {
+                let o = ord(v[l]);
+                let c = chan(e);
+                atomicMax(&mm[2u * c], select(~o, o, o == 0xffffffffu));
+                atomicMax(&mm[2u * c + 1u], o);
+            }
+        }
+    }
+}
+// One thread per channel: fold this batch's min/max into the observed ones (plain or moving average), clear the
+// slots, and write the channel's qparams (torch.ao's calculate_qparams).
+@compute @workgroup_size(WG)
+fn obs_update(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let c = gid.x;
+    if (c >= args[1]) { return; }
+    let a = atomicLoad(&mm[2u * c]);
+    let b = atomicLoad(&mm[2u * c + 1u]);
+    atomicStore(&mm[2u * c], 0u);
+    atomicStore(&mm[2u * c + 1u], 0u);
+    var cur = obs[c];
+    if (b != 0u) {
+        let mn = unord(select(~a, a, a == 0xffffffffu));
+        let mx = unord(b);
+        let first = bitcast<u32>(cur.x) == 0x7f800000u && bitcast<u32>(cur.y) == 0xff800000u;
+        if (first) {
+            cur = vec2<f32>(mn, mx);
+        } else if (flag(MOVING)) {
+            let k = argf(7u);
+            cur = vec2<f32>(cur.x + k * (mn - cur.x), cur.y + k * (mx - cur.y));
+        } else {
+            cur = vec2<f32>(select(min(mn, cur.x), nan_of(mn, cur.x), fq_isnan(mn) || fq_isnan(cur.x)),
+                            select(max(mx, cur.y), nan_of(mx, cur.y), fq_isnan(mx) || fq_isnan(cur.y)));
+        }
+        obs[c] = cur;
+    }
+    let qmin = argf(4u);
+    let qmax = argf(5u);
+    let eps = argf(8u);
+    if (bitcast<u32>(cur.x) == 0x7f800000u && bitcast<u32>(cur.y) == 0xff800000u) {
+        qp[c] = vec4<f32>(1.0, 1.0, 0.0, 0.0);  // nothing observed yet (torch: scale 1, zero point 0)
+        return;
+    }
+    let mn = select(min(cur.x, 0.0), cur.x, fq_isnan(cur.x));
+    let mx = select(max(cur.y, 0.0), cur.y, fq_isnan(cur.y));
+    var scale: f32;
+    var zp: f32;
+    if (flag(SYMMETRIC)) {
+        let amax = select(max(-mn, mx), nan_of(mn, mx), fq_isnan(mn) || fq_isnan(mx));
+        scale = fq_div(amax, (qmax - qmin) / 2.0);
+        zp = argf(9u);
+    } else {
+        scale = fq_div(mx - mn, qmax - qmin);
+        zp = 0.0;
+    }
+    scale = select(max(scale, eps), scale, fq_isnan(scale));
+    if (!flag(SYMMETRIC)) {
+        let r = round(fq_div(mn, scale));
+        zp = fq_clamp(qmin - select(r, 0.0, fq_isnan(r)), qmin, qmax);
+    }
+    qp[c] = vec4<f32>(scale, fq_div(1.0, scale), zp, 0.0);
+}
