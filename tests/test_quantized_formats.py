@@ -253,3 +253,38 @@ def test_torchao_optim_smoke(name, bits, dtype, device, tmp_path):
     for p1, p2 in zip(model.parameters(), model2.parameters()):
         torch.testing.assert_close(p2, p1)
         assert torch.equal(p2, p1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bits", [8, 4])
+def test_torch_format_round_trips_bit_exactly(bits, device, tmp_path):
+    """Issue 22: rlx_gpu.torch.AdamW(state_bits=...)'s torch-format state dict through torch.save and torch.load
+    (weights_only) into a second optimizer gives the same state dict, tensor for tensor, and the same next steps
+    bit for bit, whether it carries codes or float32 moments (those requantize to the same codes; before, 1-408
+    codes per tensor moved by one step)."""
+    torch = pytest.importorskip("torch", reason="the torch-format state dict")
+    import copy
+    import rlx_gpu.torch as rt
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 64))
+    opt = rt.AdamW(model.parameters(), state_bits=bits, device=device)
+    for _ in range(3):
+        model(torch.randn(8, 64)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    model2 = copy.deepcopy(model)
+    opt2 = rt.AdamW(model2.parameters(), state_bits=bits, device=device)
+    torch.save(opt.state_dict(), tmp_path / "sd.pt")
+    opt2.load_state_dict(torch.load(tmp_path / "sd.pt"))
+    a, b = opt.state_dict()["state"], opt2.state_dict()["state"]
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].keys() == b[k].keys()
+        for s in a[k]:
+            assert torch.equal(torch.as_tensor(a[k][s]), torch.as_tensor(b[k][s])), (k, s)
+    x = torch.randn(8, 64)
+    for m, o in ((model, opt), (model2, opt2)):
+        m(x).sum().backward()
+        o.step()
+    for p1, p2 in zip(model.parameters(), model2.parameters()):
+        assert torch.equal(p1, p2)
