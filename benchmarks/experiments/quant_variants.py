@@ -45,14 +45,16 @@ def variant(name):
             text = text.replace("    return near;", "    return " + ("c;" if name == "guess_only" else "0u;"))
         if name == "no_dequant":
             for tag in ("s", "u"):
-                text = text.replace(f"qm_{tag}[(w >> ", f"f32(w) * 0.0 + qm_{tag}[0u * (w >> ")
+                text = text.replace(f"vec4<f32>(qm_{tag}[c.x], qm_{tag}[c.y], qm_{tag}[c.z], qm_{tag}[c.w])",
+                                    f"vec4<f32>(f32(w) * 0.0 + qm_{tag}[0u])")
         return text
 
     def elementwise(*a, **k):
         text = ORIG["q_elementwise"](*a, **k)
-        if name == "no_atomics":
-            text = "\n".join(ln for ln in text.splitlines() if "atomicMax" not in ln)
-            text = text.replace("bitcast<f32>(atomicLoad(&qamax[", "1.0 + 0.0 * bitcast<f32>(atomicLoad(&qamax[")
+        if name == "no_atomics":  # (the block keys and +inf flags: absmax words of 1.0)
+            text = "\n".join(ln for ln in text.splitlines() if "atomicMax" not in ln and "atomicOr" not in ln)
+            for arr, word in (("qamax", "0x3f800000u"), ("qinf", "0u")):
+                text = re.sub(rf"atomicLoad\(&{arr}\[([^\]]*)\]\)", rf"({word} + 0u * atomicLoad(&{arr}[\1]))", text)
         return text
     qcodegen.q_helpers, qcodegen.q_elementwise = helpers, elementwise
     import rlx_gpu.engine.codegen as cg
