@@ -72,7 +72,7 @@ def test_format_readable_with_numpy_alone(tmp_path, device):
     z = np.load(tmp_path / "c.npz", allow_pickle=False)
     meta = json.loads(bytes(z["__meta__"]))
     assert meta["class"] == "Adam" and meta["param_groups"][0]["lr"] == 0.01 and meta["param_groups"][0]["amsgrad"]
-    assert meta["version"] == 3 and meta["names"] == ["t0", "t1"] and meta["dtypes"] == ["float32", "float32"]
+    assert meta["version"] == 4 and meta["names"] == ["t0", "t1"] and meta["dtypes"] == ["float32", "float32"]
     assert set(z.files) >= {"param/0", "state/0/exp_avg", "state/1/max_exp_avg_sq"}
     np.testing.assert_array_equal(z["param/0"], opt.params["t0"].numpy())
     again = rlx_gpu.Optimizer.load(tmp_path / "c.npz", device=device)  # the base class picks the class

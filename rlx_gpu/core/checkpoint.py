@@ -1,7 +1,7 @@
 """Checkpoints: ``opt.save(path)``, ``<Optimizer>.load(path, device=None)`` and ``opt.restore(path)``, for the GPU
 classes and the NumPy twins alike (both inherit :class:`Checkpointable`; it uses only their public methods).
 
-Format (version 3): one ``.npz`` file, readable with NumPy alone. Members are numbered and names live only in the
+Format (version 4): one ``.npz`` file, readable with NumPy alone. Members are numbered and names live only in the
 metadata, so every ``str`` a tensor may be named (``"a"`` and ``"a.npy"``, NUL, 70,000 characters) round-trips:
     ``__meta__``           uint8 bytes of a JSON object (ASCII; any str escaped): format, version, class, ``names``,
                            ``shapes``, ``dtypes`` (per tensor), ``steps`` (per tensor; null = no state yet),
@@ -10,7 +10,9 @@ metadata, so every ``str`` a tensor may be named (``"a"`` and ``"a.npy"``, NUL, 
                            grad_dtype, and clip_grad_norm, skip_nonfinite), ``param_groups``
     ``param/<i>``          parameter i: float32, or the uint16 bit patterns of a float16/bfloat16 one
     ``state/<i>/<state>``  a state buffer of tensor i, stored the same way (0-d for per-tensor scalars); quantized
-                           states (``state_bits``) as ``<state>_codes`` (uint8), ``_absmax`` and ``_qmap``
+                           states (``state_bits``) as the state dict holds them (:func:`rlx_gpu.core.quant.entries`):
+                           ``<state>_codes`` (uint8; 4-bit codes two per byte: version 3 held one per byte, and
+                           its files still load), ``_absmax`` and ``_qmap``
 Versions 1 and 2 (float32 only; version 1 named members by tensor) still load. Written to a temporary file and
 renamed, so a crash mid-save leaves the old file. Reading checks every size, dtype and shape against the metadata
 before it allocates anything; any problem with the file is a ``ValueError`` naming it, and nothing changes.

@@ -11,8 +11,8 @@ import numpy as np
 from .groups import MAX_STEP, as_step
 from .lowp import DTYPES, from_bits
 
-FORMAT, VERSION = "rlx_gpu-checkpoint", 3
-READS = (1, 2, 3)  # versions this module reads
+FORMAT, VERSION = "rlx_gpu-checkpoint", 4
+READS = (1, 2, 3, 4)  # versions this module reads (3: 4-bit codes one per byte, which load_state_dict still takes)
 
 
 # -- reading: every check before any allocation ---------------------------------------------------------------
@@ -89,7 +89,7 @@ def _read_meta(z) -> dict:
 
 
 def _normalise(meta: dict) -> tuple[dict, callable, callable]:
-    """Versions 1 and 2 (float32 only; version 1 names members by tensor) in version 3's terms."""
+    """Versions 1 and 2 (float32 only; version 1 names members by tensor) in version 4's terms."""
     v = meta["version"]
     if v == 1:
         shapes, steps, state = meta.get("shapes"), meta.get("steps"), meta.get("state")

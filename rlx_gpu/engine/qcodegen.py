@@ -4,9 +4,10 @@ rounding rule: :mod:`rlx_gpu.core.quant`; the buffer layout: :mod:`rlx_gpu.runti
 Each quantized state ``s`` is one binding ``s_q: array<u32>``: its map and midpoints (QH words), then per block of
 QB elements its QW code words and its absmax (QS = QW + 1 words). A pass copies the signed and the unsigned map it
 needs into workgroup memory, loads each state as ``map[code] * absmax``, calls the optimizer's update function in
-float32 as for any bucket, then per state finds each block's new absmax in the workgroup (QB/4 threads own a
-block: a tree of ``nan_max`` in workgroup memory), quantizes (a branchless binary search over ``absmax *
-midpoint``) and stores codes and absmax. Quantize and dequantize live in the update's one pass; barriers sit in
+float32 as for any bucket, then per state finds each block's new absmax word in the workgroup (QB/4 threads own a
+block: workgroup atomics on a key of the bit pattern; for an unsigned state also a +inf flag), quantizes (a
+guess from a table and one step, over ``absmax * midpoint``) and stores codes and absmax word (the rule and the
+word's flag: :mod:`rlx_gpu.core.quant`). Quantize and dequantize live in the update's one pass; barriers sit in
 uniform control flow (every thread of the workgroup runs the EPT iterations; loads and stores are guarded).
 """
 from __future__ import annotations
@@ -40,9 +41,12 @@ def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int) -
          f"const QROWS: u32 = {ept if bits == 8 else 1}u;",
          f"const QTPB: u32 = {G if bits == 8 else G // ept}u;  // threads per block in a row",
          "override QSET: u32 = QROWS * QW * (WG / QTPB);  // absmax slots of one block set",
-         "// three sets of slots (block kk uses set kk % 3), per row, written state and block: the bits of the largest",
-         "// |v| (u32 order is float order for non-negative floats, NaN above inf, as nan_max)",
+         "// three sets of slots (block kk uses set kk % 3), per row, written state and block: the key of the",
+         "// largest finite |v| (its bits: u32 order is float order for non-negative floats; signed states: shifted",
+         "// up one, the low bit set when that value is positive); unsigned states: in qinf, whether it holds +inf",
          "var<workgroup> qamax: array<atomic<u32>, 3u * QSET>;"]
+    if any(not signs[s] for s in mine):
+        L.append("var<workgroup> qinf: array<atomic<u32>, 3u * QSET>;")
     load = []
     for tag, want in (("s", True), ("u", False)):
         src = next((s for s in mine if signs[s] == want), None)
@@ -70,14 +74,11 @@ def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int) -
               f"    let up = c < QN - 1u && sc * qt_{tag}[min(c, QN - 2u)] < v;",
               f"    let down = c > 0u && !(sc * qt_{tag}[max(c, 1u) - 1u] < v);",
               "    let near = select(select(c, c - 1u, down), c + 1u, up);",
-              "    if (m > 0x7f800000u) {  // x NaN: v NaN (code 0) or an infinite absmax: bisect",
+              "    if (m >= 0x7f800000u) {  // x inf or NaN: v inf or NaN (code 0), or 1/a overflowed: bisect",
               f"        return select(q_search_{tag}(v, sc), 0u, is_nan(v));",
               "    }",
               "    return near;", "}",
-              f"fn q_codes_{tag}(v: vec4<f32>, a: f32) -> vec4<u32> {{",
-              "    let inv = 1.0 / select(a, 1.0, a == 0.0);",
-              f"    return vec4<u32>(q_code_{tag}(v.x, a, inv), q_code_{tag}(v.y, a, inv), q_code_{tag}(v.z, a, inv), "
-              f"q_code_{tag}(v.w, a, inv));", "}"]
+              ] + _codes_fns(tag, bits)
     L += ["fn q_load_maps(lid: u32) {"] + load + ["    workgroupBarrier();", "}",
           "fn q_base(i: u32) -> u32 { return QH + (i / QG) * QS; }  // the first word of vec4 i's block",
           "fn q_word(i: u32) -> u32 { return q_base(i) + " + ("i % QG; }" if bits == 8 else "(i % QG) / 2u; }"),
@@ -86,18 +87,49 @@ def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int) -
           "    if (b >= arrayLength(&blocks)) { return vec4<u32>(NONE); }",
           "    let blk = blocks[b];",
           "    if ((hyper[blk.x * REC + REC_FLAGS] & ACTIVE) == 0u) { return vec4<u32>(NONE); }",
-          "    return blk;", "}",
-          "fn q_amax_bits(v: vec4<f32>) -> u32 {",
-          "    let m = bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu);",
-          "    return max(max(m.x, m.y), max(m.z, m.w));", "}"]
+          "    return blk;", "}"]
     shifts = (0, 8, 16, 24) if bits == 8 else (0, 4, 8, 12)
     for s in mine:
         tag = "s" if signs[s] else "u"
         word = f"{s}_q[q_word(i)]" if bits == 8 else f"({s}_q[q_word(i)] >> (16u * (i & 1u)))"
-        lanes = ", ".join(f"qm_{tag}[(w >> {k}u) & {QN - 1}u]" for k in shifts)
-        L += [f"fn ldq_{s}(i: u32) -> vec4<f32> {{", f"    let w = {word};",
-              f"    return vec4<f32>({lanes}) * bitcast<f32>({s}_q[q_base(i) + QS - 1u]);", "}"]
+        codes = ", ".join(f"(w >> {k}u) & {QN - 1}u" for k in shifts)
+        L += [f"fn ldq_{s}(i: u32) -> vec4<f32> {{", f"    let w = {word};", f"    let c = vec4<u32>({codes});",
+              f"    let aw = {s}_q[q_base(i) + QS - 1u];",
+              f"    let v = vec4<f32>(qm_{tag}[c.x], qm_{tag}[c.y], qm_{tag}[c.z], qm_{tag}[c.w]) * "
+              + ("bitcast<f32>(aw);  // (a negated block: the word's sign)" if signs[s] else
+                 "bitcast<f32>(aw & ABS_BITS);")]
+        if not signs[s]:
+            L += ["    if (aw > ABS_BITS) {  // the block holds +inf: code 0 reads +inf",
+                  "        let inf = bitcast<f32>((aw >> 31u) * EXP_BITS);  // (+inf, not a constant expression)",
+                  "        return select(v, vec4<f32>(inf), c == vec4<u32>(0u));", "    }"]
+        L += ["    return v;", "}"]
     return "\n".join(L)
+
+
+def _codes_fns(tag: str, bits: int) -> list:
+    """The block key, absmax word and codes of a signed (``s``) or unsigned (``u``) state (core/quant.py's rule)."""
+    codes = ", ".join(f"q_code_{tag}(x.{c}, a, inv)" for c in "xyzw")
+    head = [f"fn q_codes_{tag}(v: vec4<f32>, aw: u32) -> vec4<u32> {{", "    let a = bitcast<f32>(aw & ABS_BITS);",
+            "    let inv = 1.0 / select(a, 1.0, a == 0.0);"]
+    if tag == "s":
+        return ["fn q_key_s(v: vec4<f32>) -> u32 {  // the largest finite |v|, shifted up one; low bit: it is positive",
+                "    let b = bitcast<vec4<u32>>(v);", "    let m = b & vec4<u32>(ABS_BITS);",
+                "    let f = select(m, vec4<u32>(0u), m >= vec4<u32>(EXP_BITS));",
+                "    let k = (f << vec4<u32>(1u)) | (~b >> vec4<u32>(31u));",
+                "    return max(max(k.x, k.y), max(k.z, k.w));", "}",
+                "fn q_word_s(k: u32) -> u32 {  // the absmax word: sign bit set when the largest magnitude is negative",
+                "    return (k >> 1u) | select(0u, 0x80000000u, (k & 1u) == 0u && k > 1u);", "}",
+                *head, "    let x = select(v, -v, vec4<bool>(aw > ABS_BITS));  // a negated block",
+                f"    return vec4<u32>({codes});", "}"]
+    zero = ["    c = select(c, max(c, vec4<u32>(1u)), v > vec4<f32>(0.0));  // a positive value never reads back as 0"]
+    return ["fn q_key_u(v: vec4<f32>) -> u32 {  // the largest finite |v|",
+            "    let m = bitcast<vec4<u32>>(v) & vec4<u32>(ABS_BITS);",
+            "    let k = select(m, vec4<u32>(0u), m >= vec4<u32>(EXP_BITS));",
+            "    return max(max(k.x, k.y), max(k.z, k.w));", "}",
+            *head, "    let x = v;", f"    var c = vec4<u32>({codes});", *(zero if bits == 8 else []),
+            "    if (aw > ABS_BITS) {  // the block holds +inf: code 0 for it, >= 1 for every other value",
+            "        c = select(max(c, vec4<u32>(1u)), vec4<u32>(0u), is_posinf4(v));", "    }",
+            "    return c;", "}"]
 
 
 def param_grad_loads(p, pad: str) -> tuple[list, str]:
@@ -111,8 +143,8 @@ def param_grad_loads(p, pad: str) -> tuple[list, str]:
 
 def q_elementwise(p, present, signs: dict, bits: int, ept: int) -> str:
     """The driver of one elementwise pass over a quantized bucket: QK engine blocks per workgroup; per block, every
-    thread loads and updates its EPT vec4s and adds its new states' |v| to the block absmax slots (workgroup
-    atomics), one barrier, then codes and absmax are stored. The slots of block kk are set kk % 3, the set of block
+    thread loads and updates its EPT vec4s and adds its new states' keys (and +inf flags) to the block absmax
+    slots (workgroup atomics), one barrier, then codes and absmax words are stored. The slots of block kk are set kk % 3, the set of block
     kk + 1 is cleared during block kk: one barrier per block. No reducing passes: the optimizers with quantized
     states have none."""
     if p.reduce:
@@ -121,16 +153,18 @@ def q_elementwise(p, present, signs: dict, bits: int, ept: int) -> str:
         raise ValueError("4-bit states need an even EPT (a thread writes whole words of eight codes)")
     reads = [s for s in p.reads if s in present]
     writes = [s for s in p.writes if s in present]
+    inf = any(not signs[s] for s in present if s in signs)
+    clr = "atomicStore(&qamax[{o}j], 0u);" + (" atomicStore(&qinf[{o}j], 0u);" if inf else "")
     L = ["@compute @workgroup_size(WG)",
          f"fn {p.kernel}(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,",
          "        @builtin(local_invocation_index) lid: u32) {",
-         "    for (var j = lid; j < 3u * QSET; j = j + WG) { atomicStore(&qamax[j], 0u); }",
+         "    for (var j = lid; j < 3u * QSET; j = j + WG) { " + clr.format(o="") + " }",
          "    q_load_maps(lid);  // (ends in a barrier)",
          "    let zero = vec4<f32>(0.0);",
          "    let w0 = (wid.x + wid.y * nwg.x) * QK;",
          "    for (var kk = 0u; kk < QK; kk++) {",
          "        let next = ((kk + 1u) % 3u) * QSET;",
-         "        for (var j = lid; j < QSET; j = j + WG) { atomicStore(&qamax[next + j], 0u); }",
+         "        for (var j = lid; j < QSET; j = j + WG) { " + clr.format(o="next + ") + " }",
          "        let qset = (kk % 3u) * QSET;",
          "        let blk = q_block(w0 + kk);",
          "        let r = rec(select(0u, blk.x, blk.x != NONE));",
@@ -156,17 +190,21 @@ def q_elementwise(p, present, signs: dict, bits: int, ept: int) -> str:
             L.append(f"            store_p(i, select(o{v}.p, zero, keep), r, e);")
         for j, s_ in enumerate(writes):
             L.append(f"            o{v}.s.{s_} = select(o{v}.s.{s_}, zero, keep);")
-            L.append(f"            atomicMax(&qamax[qset + ({row}u * QW + {j}u) * (WG / QTPB) + lid / QTPB], "
-                     f"q_amax_bits(o{v}.s.{s_}));")
+            slot = f"qset + ({row}u * QW + {j}u) * (WG / QTPB) + lid / QTPB"
+            tag = "s" if signs[s_] else "u"
+            L.append(f"            atomicMax(&qamax[{slot}], q_key_{tag}(o{v}.s.{s_}));")
+            if not signs[s_]:
+                L.append(f"            if (any(is_posinf4(o{v}.s.{s_}))) {{ atomicOr(&qinf[{slot}], 1u); }}")
         L.append("        }")
     L.append("        workgroupBarrier();")
     for j, s_ in enumerate(writes):
         tag = "s" if signs[s_] else "u"
         ok = f"has(r, HAS_{s_.upper()})"
         rows = range(ept) if bits == 8 else (0,)
-        for row in rows:
-            L.append(f"        let a{row}_{s_} = bitcast<f32>(atomicLoad(&qamax[qset + ({row}u * QW + {j}u) * (WG / QTPB) "
-                     f"+ lid / QTPB]));")
+        for row in rows:  # the absmax words
+            slot = f"qset + ({row}u * QW + {j}u) * (WG / QTPB) + lid / QTPB"
+            L.append(f"        let a{row}_{s_} = " + (f"q_word_s(atomicLoad(&qamax[{slot}]));" if signs[s_] else
+                     f"atomicLoad(&qamax[{slot}]) | select(0u, 0x80000000u, atomicLoad(&qinf[{slot}]) != 0u);"))
         for v in range(ept):
             a = f"a{v if bits == 8 else 0}_{s_}"
             L.append(f"        let c{v}_{s_} = q_codes_{tag}(o{v}.s.{s_}, {a});")
@@ -175,7 +213,7 @@ def q_elementwise(p, present, signs: dict, bits: int, ept: int) -> str:
                 c = f"c{v}_{s_}"
                 L += [f"        if (inb{v} && {ok}) {{",
                       f"            {s_}_q[q_word(i{v})] = {c}.x | ({c}.y << 8u) | ({c}.z << 16u) | ({c}.w << 24u);",
-                      f"            if ((lid % QTPB) == 0u) {{ {s_}_q[q_base(i{v}) + QS - 1u] = bitcast<u32>(a{v}_{s_}); }}",
+                      f"            if ((lid % QTPB) == 0u) {{ {s_}_q[q_base(i{v}) + QS - 1u] = a{v}_{s_}; }}",
                       "        }"]
         else:
             for v in range(0, ept, 2):
@@ -184,7 +222,6 @@ def q_elementwise(p, present, signs: dict, bits: int, ept: int) -> str:
                       f"            {s_}_q[q_word(i{v})] = {c0}.x | ({c0}.y << 4u) | ({c0}.z << 8u) | ({c0}.w << 12u)"
                       f" | ({c1}.x << 16u) | ({c1}.y << 20u) | ({c1}.z << 24u) | ({c1}.w << 28u);",
                       "        }"]
-            L.append(f"        if (inb0 && {ok} && (lid % QTPB) == 0u) {{ {s_}_q[q_base(i0) + QS - 1u] = "
-                     f"bitcast<u32>(a0_{s_}); }}")
+            L.append(f"        if (inb0 && {ok} && (lid % QTPB) == 0u) {{ {s_}_q[q_base(i0) + QS - 1u] = a0_{s_}; }}")
     L += ["    }", "}"]
     return "\n".join(L)

@@ -222,7 +222,7 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
             return
         # float32 working copies: 16-bit states widened (rounded back after), quantized ones dequantized (quantized
         # back after); the param itself where it is float32, else its master copy or a widened copy
-        work, store = self._quantized_work(st, bits) if bits else self._widened_work(st)
+        work, store = self._quantized_work(st, bits, p.shape) if bits else self._widened_work(st)
         wp = st[MASTER] if MASTER in st else (p if p.dtype == F32 else p.astype(F32))
         self._update(wp, g, work, group, fresh)
         store(work)

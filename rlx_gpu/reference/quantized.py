@@ -30,17 +30,19 @@ class QuantizedTwin:
         st.update(quant.entries(s, np.zeros(shape, np.uint8), np.zeros(quant.num_blocks(self.params[name].size, bits),
                                                                           F32), bits, signed))
 
-    def _quantized_work(self, st: dict, bits: int):
+    def _quantized_work(self, st: dict, bits: int, shape: tuple):
         """(float32 working states: the quantized ones dequantized, and the store that quantizes them back into
-        codes and absmax) for ``_apply``."""
+        codes and absmax) for ``_apply``; ``shape``: the param's."""
         qs = [s for s in self.quantizable if s + "_codes" in st]
         work = {k: v for k, v in st.items() if not k.endswith(quant.QKEYS)}
         for s in qs:
-            work[s] = quant.dequantize(st[s + "_codes"], st[s + "_absmax"], bits, self.quantizable[s])
+            codes = quant.element_codes(st[s + "_codes"], shape, bits)
+            work[s] = quant.dequantize(codes, st[s + "_absmax"], bits, self.quantizable[s])
 
         def store(work):
             for s in qs:
-                st[s + "_codes"], st[s + "_absmax"] = quant.quantize(work.pop(s), bits, self.quantizable[s])
+                codes, st[s + "_absmax"] = quant.quantize(work.pop(s), bits, self.quantizable[s])
+                st[s + "_codes"] = quant.stored_codes(codes, bits)
             st.update(work)
         return work, store
 
@@ -52,9 +54,9 @@ class QuantizedTwin:
             for s, signed in self.quantizable.items():
                 if s + "_codes" in st:
                     bits = {256: 8, 16: 4}[st[s + "_qmap"].size]
-                    codes, absmax = st.pop(s + "_codes"), st.pop(s + "_absmax")
+                    codes = quant.element_codes(st.pop(s + "_codes"), self.params[n].shape, bits)
                     st.pop(s + "_qmap")
-                    st[s] = quant.dequantize(codes, absmax, bits, signed)
+                    st[s] = quant.dequantize(codes, st.pop(s + "_absmax"), bits, signed)
             out[n] = st
         return out
 

@@ -82,11 +82,11 @@ class Spec(SparseSpec):
 
     @classmethod
     def state_shape_of(cls, state: str, shape):
-        """The shape of ``state``; None for a quantized state's absmax and map (checked when loaded: they depend
-        on the bits)."""
+        """The shape of ``state``; None for a quantized state's codes, absmax and map (checked when loaded: they
+        depend on the bits)."""
         base, _, part = state.rpartition("_")
         if base in cls.quantizable and part in ("codes", "absmax", "qmap"):
-            return tuple(shape) if part == "codes" else None
+            return None
         return tuple(shape) if state == MASTER else cls.state_shape(state, shape)
 
 

@@ -2,8 +2,8 @@
 the state's map and its midpoints (``2**bits`` float32 words each) and the search guide
 (:func:`rlx_gpu.core.quant.guess_table`, four uint8 per word), which the kernels copy into workgroup memory; then
 for each block of ``block`` elements its codes (8-bit: four per word; 4-bit: eight per word, low bits first)
-followed by its float32 absmax. One binding per state keeps every quantized module within WebGPU's default of 8
-storage buffers per stage. The layout starts every tensor at a multiple of ``block``, so a quantization block
+followed by its absmax word (float32 bits, the sign bit a flag: :mod:`rlx_gpu.core.quant`). One binding per
+state keeps every quantized module within WebGPU's default of 8 storage buffers per stage. The layout starts every tensor at a multiple of ``block``, so a quantization block
 never spans two tensors. Zero codes with a zero absmax are a zero state (buffers are zero-filled after the map).
 """
 from __future__ import annotations
