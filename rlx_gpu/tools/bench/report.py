@@ -10,15 +10,20 @@ def table(report: dict) -> str:
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
 
+    both = len({r.get("implementation") for r in report["rows"]}) > 1
+
+    def who(r, name):  # (rows of several implementations: say which measured each)
+        return f"{name} [{r.get('implementation')}]" if both else name
+
     for r in report["rows"]:
         lines.append(" | ".join([
-            r["optimizer"], r["dtype"], r["param_set"] + (f" (x{r['scaled']:.2g})" if r.get("scaled") else ""),
+            who(r, r["optimizer"]), r["dtype"], r["param_set"] + (f" (x{r['scaled']:.2g})" if r.get("scaled") else ""),
             str(r["tensors"]),
             f"{r['numel']:,}", f(r["ms_per_step"], ".3f"), f(r["gbps"], ".1f"), f(r["frac_of_copy"], ".2f"),
             f(r["torch_ms"], ".3f"), f(r["ratio_vs_torch"], ".2f"), f(r["numpy_ms"], ".1f"),
             f(r["ratio_vs_numpy"], ".1f")]))
     for h in report.get("host_rows", []):
-        lines.append(" | ".join([h["what"], "float32", "20 x 50,000", "20", "1,000,000", f(h["wall_ms_per_step"], ".3f"),
+        lines.append(" | ".join([who(h, h["what"]), "float32", "20 x 50,000", "20", "1,000,000", f(h["wall_ms_per_step"], ".3f"),
                                  "-", "-", f(h.get("torch_wall_ms"), ".3f"), f(h.get("ratio_vs_torch"), ".2f"), "-",
                                  "-"]))
     return "\n".join("| " + ln + " |" for ln in lines)
