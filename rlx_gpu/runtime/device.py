@@ -71,8 +71,10 @@ class Device:
         # On a CPU adapter device memory is host memory: arenas that the host can map directly make each
         # transfer one memcpy instead of two (measured on llvmpipe: 5-6 GB/s against 2-3 through staging).
         self.host_mappable = (self.info["type"] == "CPU" and "mappable-primary-buffers" in _impl.features(adapter))
+        #: Whether Dawn skips its validation of this device's commands (RLX_GPU_DAWN_SKIP_VALIDATION=1; README).
+        self.skip_validation = _shared["skip_validation"] if _shared else _impl.skip_validation()
         if _device is None:
-            _device = _request(adapter, self.host_mappable)
+            _device = _request(adapter, self.host_mappable, self.skip_validation)
         self.wgpu = wgpu
         self.device = _device
         self.queue = _device.queue
@@ -92,7 +94,8 @@ class Device:
         # Shared between views of the same wgpu device: pipelines, the staging buffers and the lock that
         # serialises their use ("io": transfers and read-backs from several threads), whether it is lost.
         self._shared = _shared if _shared is not None else {"pipelines": {}, "modules": {}, "lock": threading.RLock(),
-                                                            "io": threading.RLock(), "lost": None}
+                                                            "io": threading.RLock(), "lost": None,
+                                                            "skip_validation": self.skip_validation}
         if _shared is None and not self.host_mappable:
             # Staging buffers are made before any arena: on the H200, staging made after large buffers had
             # been freed left every kernel 10-25% slower for the life of the process (PERF_NOTES.md, 11).
@@ -114,7 +117,11 @@ class Device:
     def encoder(self):
         """A new command encoder on this device (record :class:`rlx_gpu.Program` dispatches, then ``submit``)."""
         self.ensure_alive()
-        return self.device.create_command_encoder()
+        try:
+            return self.device.create_command_encoder()
+        except Exception as e:
+            self._failed(e)
+            raise
 
     @property
     def io_lock(self):
@@ -222,7 +229,11 @@ class Device:
         u = self.wgpu.BufferUsage
         self.ensure_alive()
         with self.io_lock:
-            self._sync(u)
+            try:
+                self._sync(u)
+            except Exception as e:
+                self._failed(e)
+                raise
 
     def _sync(self, u):
         if "fence" not in self._shared:
@@ -236,12 +247,12 @@ class Device:
         dst.unmap()
 
 
-def _request(adapter, host_mappable: bool):
+def _request(adapter, host_mappable: bool, skip_validation: bool):
     """A device on ``adapter`` with its real limits and the features rlx_gpu uses that it has."""
     lim, have = adapter.limits, _impl.features(adapter)
     required = {k: lim[k] for k in _LIMITS if k in lim}
     feats = [f for f in _FEATURES if f in have] + (["mappable-primary-buffers"] if host_mappable else [])
-    device = _impl.request_device(adapter, feats, required)
+    device = _impl.request_device(adapter, feats, required, skip_validation)
     _poll_without_blocking(device)
     return device
 

@@ -156,11 +156,11 @@ def skip_validation() -> bool:
     return implementation() == "dawn" and os.environ.get(SKIP_ENV, "").strip() == "1"
 
 
-def request_device(adapter, required_features, required_limits):
-    """``adapter.request_device_sync`` (features in rlx_gpu's spelling), with Dawn's ``skip_validation`` toggle
-    where :func:`skip_validation` says so."""
+def request_device(adapter, required_features, required_limits, skip: bool = False):
+    """``adapter.request_device_sync`` (features in rlx_gpu's spelling), with Dawn's ``skip_validation`` device
+    toggle if ``skip`` (on Dawn only: see :func:`skip_validation`)."""
     feats = [native_feature(f) for f in required_features]
-    if not skip_validation():
+    if not (skip and implementation() == "dawn"):
         return adapter.request_device_sync(required_features=feats, required_limits=required_limits)
     from wgpudawn.backends.dawn import extras
     return extras.request_device_sync(adapter, required_features=feats, required_limits=required_limits,
