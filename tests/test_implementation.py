@@ -163,3 +163,32 @@ def test_aliased_bindings_are_one_clear_error_on_both(device):
     prog(1, a=y, b=(x, 0, 16), c=(x, 256, 16))
     got = device.read(x).view(np.float32)
     assert got[0] == 1.0 and got[64] == 2.0
+
+
+SKIP = """
+import warnings, numpy as np, rlx_gpu
+d = rlx_gpu.get_device()
+o = rlx_gpu.AdamW({"w": np.ones(1000, np.float32)}, device=d); o.step({"w": np.full(1000, 0.5, np.float32)})
+t = rlx_gpu.reference.AdamW({"w": np.ones(1000, np.float32)}); t.step({"w": np.full(1000, 0.5, np.float32)})
+assert np.array_equal(o.params["w"].numpy(), t.params["w"])
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    rlx_gpu.Program(d, "@group(0) @binding(0) var<storage, read_write> x: array<f32>;"
+                       "@compute @workgroup_size(1) fn main() { x[0] = 1.0; }", "main")
+toggles = []
+if d.implementation == "dawn":
+    from wgpudawn.backends.dawn import extras
+    toggles = extras.get_toggles(d.device)
+print(d.skip_validation, "skip_validation" in toggles, any("skip_validation" in str(w.message) for w in seen))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("asked", ["0", "1"])
+def test_skip_validation_only_when_asked_and_never_silently(asked):
+    """RLX_GPU_DAWN_SKIP_VALIDATION=1 gives Dawn devices the skip_validation toggle (optimizers still step as their
+    twins); a Program on such a device warns. Off by default, and nothing on wgpu-native."""
+    r = py(SKIP, RLX_GPU_DAWN_SKIP_VALIDATION=asked)
+    assert r.returncode == 0, r.stderr[-2000:]
+    on = asked == "1" and IMPLEMENTATION == "dawn"
+    assert r.stdout.split() == [str(on)] * 3
