@@ -2,7 +2,10 @@
 # The two set-up-and-run commands of the README:
 #   ./run.sh demo [args]   trains the spiral demo with a GPU optimizer (examples/train_spirals.py)
 #   ./run.sh test [args]   checks every shipped shader (rlx-gpu check-shaders --validator all), then runs
-#                          the test suite (pytest; GPU tests on whatever adapter is found)
+#                          the test suite (pytest; GPU tests on whatever adapter is found) on wgpu-native, then
+#                          its GPU tests (-m gpu: the rest does not touch an implementation) on Dawn where Dawn
+#                          finds an adapter (on Debian 12 as root: after installing Mesa 25 from
+#                          bookworm-backports; elsewhere the reason is printed and Dawn is skipped)
 #   ./run.sh docs [args]   builds the documentation site into site/ (mkdocs, warnings are errors; args to mkdocs)
 # Each creates .venv (or $RLX_GPU_VENV) with the package installed, and where no Vulkan driver is
 # present on Debian/Ubuntu and we are root, installs the CPU one (mesa-vulkan-drivers: llvmpipe).
@@ -30,14 +33,43 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp="$venv/.rlx_gpu-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "$venv/bin/python" -m pip install -q -e ".[test,check,examples]"
+  "$venv/bin/python" -m pip install -q -e ".[test,check,examples,dawn]"
   touch "$stamp"
 fi
 py="$venv/bin/python"
+# Whether Dawn finds an adapter (Dawn needs a newer lavapipe than Debian 12's Mesa 22.3: it needs
+# shaderUniform*ArrayDynamicIndexing); prints the reason when not.
+dawn_probe() {
+  RLX_GPU_IMPLEMENTATION=dawn "$py" -c "import rlx_gpu; d = rlx_gpu.get_device(); print('run.sh: Dawn finds', d.name)" \
+    2>&1 | grep -v "artificially reduced" | tail -1
+  return "${PIPESTATUS[0]}"
+}
+dawn_ready() {
+  local why
+  why=$(dawn_probe) && { echo "$why" >&2; return 0; }
+  if [ "$(id -u)" = 0 ] && grep -qs '^VERSION_CODENAME=bookworm' /etc/os-release && command -v apt-get >/dev/null; then
+    echo "run.sh: Dawn finds no adapter ($why); installing Mesa 25 from bookworm-backports" >&2
+    echo "deb http://deb.debian.org/debian bookworm-backports main" > /etc/apt/sources.list.d/backports.list
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm-backports \
+      mesa-vulkan-drivers >/dev/null
+    why=$(dawn_probe) && { echo "$why" >&2; return 0; }
+  fi
+  echo "run.sh: SKIPPING the Dawn run: Dawn finds no adapter here ($why). Dawn needs a Vulkan/Metal/D3D12" \
+       "driver it accepts (on Linux without a GPU: Mesa >= 25's lavapipe, e.g. Debian 12's bookworm-backports)" >&2
+  return 1
+}
+
 case "$what" in
   demo) exec "$py" examples/train_spirals.py "$@" ;;
   test) "$venv/bin/rlx-gpu" check-shaders --validator all --quiet
-        "$py" -m pytest "$@" ;;
+        rc=0
+        echo "run.sh: the test suite on wgpu-native" >&2
+        RLX_GPU_IMPLEMENTATION=wgpu-native "$py" -m pytest "$@" || rc=$?
+        if [ -n "${RLX_GPU_REQUIRE_DAWN:-}" ] || dawn_ready; then  # (CI: a Dawn without adapter fails the run)
+          echo "run.sh: the GPU tests on Dawn" >&2
+          RLX_GPU_IMPLEMENTATION=dawn "$py" -m pytest -m gpu "$@" || rc=$?
+        fi
+        exit "$rc" ;;
   docs) "$py" -c "import mkdocs_gen_files, mkdocstrings_handlers.python, material" 2>/dev/null \
           || "$py" -m pip install -q -e ".[docs]"
         NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true "$venv/bin/mkdocs" build --strict "$@"

@@ -22,12 +22,13 @@ from .optim import (LAMB, SGD, Adafactor, Adagrad, Adam, AdamW, Lion, Mars, NAda
                     SophiaH)
 from .optim import SOAP, Kron, Muon, SparseAdam, StiefelSGD
 from .runtime import Device, DeviceLostError, DeviceTensor, NoAdapterError, Program, adapters, get_device
+from .runtime.implementation import implementation, set_implementation
 
 __version__ = "0.2.0"
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars",
            "Adafactor", "SparseAdam", "Muon", "StiefelSGD", "SOAP", "Kron", "Partition", "RowSparse", "Optimizer", "DeviceTensor", "clip_grad_norm",
            "global_grad_clip_scale", "l2_norm", "GradScaler", "Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device", "reference", "linalg",
-           "to_torch_state_dict", "from_torch_state_dict", "Program"]
+           "to_torch_state_dict", "from_torch_state_dict", "Program", "set_implementation", "implementation"]
 
 
 def __getattr__(name):

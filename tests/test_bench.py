@@ -107,10 +107,30 @@ def test_progress_line_per_row_with_an_estimate():
     assert bench.clock(65) == "1:05" and bench.clock(3725) == "1:02:05"
 
 
+@pytest.mark.gpu
+def test_bench_on_both_implementations(tmp_path, other_implementation):
+    """``--implementation both``: each implementation in a child process, the rows merged, every row saying which
+    implementation measured it, each one's metadata (versions, copy rate) kept."""
+    out = tmp_path / "both.json"
+    cmd = [sys.executable, "-m", "rlx_gpu", "bench", "--implementation", "both", "--optimizers", "adamw,sgd", "--sets",
+           "single:4096", "--copy-mb", "4", "--repeats", "2", "--no-latency", "--no-numpy", "--json", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert [(row["implementation"], row["optimizer"]) for row in rep["rows"]] == [
+        ("wgpu-native", "adamw"), ("wgpu-native", "sgd"), ("dawn", "adamw"), ("dawn", "sgd")]
+    assert rep["implementation"] == "both" and set(rep["implementations"]) == {"wgpu-native", "dawn"}
+    assert "wgpu-native" in rep["implementations"]["wgpu-native"]["versions"]
+    assert "dawn" in rep["implementations"]["dawn"]["versions"]
+    assert all(m["copy_gbps"] > 0 for m in rep["implementations"].values())
+    assert "adamw [dawn]" in r.stdout and "on dawn" in r.stdout and "on wgpu-native" in r.stdout
+
+
 @pytest.mark.parametrize("args", [["--sets", "single:-5"], ["--sets", "single:0"], ["--sets", "single:x"],
                                   ["--sets", "gpt3"], ["--repeats", "0"], ["--copy-mb", "-1"],
                                   ["--memory-gb", "nan"], ["--json", "/nonexistent/x.json"],
-                                  ["--plot", "/nonexistent/p.svg"], ["--optimizers", "adamw,nope"], ["--tune", "-3"]])
+                                  ["--plot", "/nonexistent/p.svg"], ["--optimizers", "adamw,nope"], ["--tune", "-3"],
+                                  ["--implementation", "metal"]])
 def test_bad_arguments_fail_before_any_work(args, tmp_path):
     r = subprocess.run([sys.executable, "-m", "rlx_gpu", "bench", *args, "--no-latency"], capture_output=True,
                        text=True, timeout=60, cwd=tmp_path)

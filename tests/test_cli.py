@@ -11,6 +11,8 @@ import pytest
 import rlx_gpu
 from rlx_gpu.tools.cli import describe
 
+from conftest import IMPLEMENTATION
+
 
 def cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "rlx_gpu", *args], capture_output=True, text=True, timeout=300,
@@ -27,8 +29,9 @@ def test_help_lists_every_command_and_exits_0():
 
 
 def test_version_no_command_and_unknown_command():
-    r = cli("--version")
-    assert r.returncode == 0 and r.stdout.startswith(f"rlx-gpu {rlx_gpu.__version__} (wgpu-py ")
+    r = cli("--version")  # (it names the implementation in use's parts: wgpu-py and wgpu-native, or wgpudawn and Dawn)
+    first = "wgpu-py" if IMPLEMENTATION == "wgpu-native" else "wgpudawn"
+    assert r.returncode == 0 and r.stdout.startswith(f"rlx-gpu {rlx_gpu.__version__} ({first} ")
     r = cli()
     assert r.returncode == 2 and "usage: rlx-gpu" in r.stderr and "commands:" in r.stderr
     r = cli("nosuchcommand")

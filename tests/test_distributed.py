@@ -1,5 +1,6 @@
-"""ZeRO-1 over torch.distributed (gloo on localhost) and MPI (mpi4py under mpirun), ranks as processes on the CPU
-adapter: 2 and 3 ranks with
+"""ZeRO-1 over torch.distributed (gloo on localhost) and MPI (mpi4py under mpirun), ranks as processes on the adapter
+the rest of the suite uses (``RLX_GPU_ADAPTER`` else the best, on ``RLX_GPU_IMPLEMENTATION``: the ranks inherit
+both): 2 and 3 ranks with
 different local grads give, after every step, the params of the single-process optimizer stepping the averaged
 grads (the mean is the same float32 sums on every rank: bit for bit with 2 ranks, where the sum of two terms has
 one order; with 3, gloo's ring may add in another order: 1e-6 relative), every rank holds the same params, and an
@@ -38,8 +39,9 @@ def run(tmp_path, world, cls_name, steps, opts, first=0, restore="-", save="-", 
     out = tmp_path / "zero.npz"
     args = [str(WORKER), str(out), cls_name, str(steps), repr(opts), str(first), str(restore), str(save)]
     if mpi:  # (OpenMPI as root needs --allow-run-as-root; more ranks than cores --oversubscribe)
+        chosen = [a for v in ("RLX_GPU_ADAPTER", "RLX_GPU_IMPLEMENTATION") if v in os.environ for a in ("-x", v)]
         cmd = ["mpirun", "-n", str(world), "--oversubscribe", "-x", "ZERO_BACKEND=mpi", "-x", "XDG_RUNTIME_DIR",
-               "-x", "PATH"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + [sys.executable] + args
+               "-x", "PATH", *chosen] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + [sys.executable] + args
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"] + args
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, ZERO_BACKEND="mpi")
@@ -80,7 +82,7 @@ def test_zero_equals_single_process_on_averaged_grads(tmp_path, world, cls_name,
         opts = {"skip_nonfinite": True}
     rng = np.random.default_rng(0)
     params = {n: rng.standard_normal(s).astype(np.float32) for n, s in SHAPES.items()}
-    ref = getattr(rlx_gpu, cls_name)(params, device="cpu", **opts)
+    ref = getattr(rlx_gpu, cls_name)(params, **opts)
     for s in range(steps):
         ref.step(averaged(s, world))
         assert all(bool(r[f"skipped@{s}"]) == (s == 3) for r in ranks)
@@ -121,7 +123,7 @@ def test_checkpoints_reshard_2_to_3_to_1(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("ck2.rank*")) == [f"ck2.rank{r}-of-3.npz" for r in range(3)]
     rng = np.random.default_rng(0)
     params = {n: rng.standard_normal(s).astype(np.float32) for n, s in SHAPES.items()}
-    ref = rlx_gpu.AdamW(params, device="cpu", **opts)
+    ref = rlx_gpu.AdamW(params, **opts)
     for s in range(3):
         ref.step(averaged(s, 2))
     for s in (3, 4):
@@ -131,7 +133,7 @@ def test_checkpoints_reshard_2_to_3_to_1(tmp_path):
                 np.testing.assert_allclose(r[f"{n}@{s}"], ref.params[n].numpy(), rtol=1e-6, atol=1e-7)
     from rlx_gpu.distributed import single_process_state
     params, state = single_process_state(tmp_path / "ck2")
-    one = rlx_gpu.AdamW(params, device="cpu")
+    one = rlx_gpu.AdamW(params)
     one.load_state_dict({"state": state, "param_groups": one.state_dict()["param_groups"]})
     mine = ref.state_dict()["state"]
     for n in SHAPES:
@@ -180,7 +182,7 @@ def test_per_tensor_optimizers_and_clip(tmp_path, cls_name, opts):
     ranks = run(tmp_path, 2, cls_name, steps, opts)
     rng = np.random.default_rng(0)
     params = {n: rng.standard_normal(s).astype(np.float32) for n, s in SHAPES.items()}
-    ref = getattr(rlx_gpu, cls_name)(params, device="cpu", **opts)
+    ref = getattr(rlx_gpu, cls_name)(params, **opts)
     for s in range(steps):
         ref.step(averaged(s, 2))
         assert all(bool(r[f"skipped@{s}"]) == (s == 3) for r in ranks)
@@ -199,7 +201,7 @@ def compressed_reference(world, steps, ratio, opts, cls_name="AdamW"):
     from rlx_gpu.reference.topk import TopKTwin, average_lists
     rng = np.random.default_rng(0)
     params = {n: rng.standard_normal(s).astype(np.float32) for n, s in SHAPES.items()}
-    ref = getattr(rlx_gpu, cls_name)(params, device="cpu", **opts)
+    ref = getattr(rlx_gpu, cls_name)(params, **opts)
     twins = [TopKTwin(SHAPES, ratio, True) for _ in range(world)]
     numel = sum(int(np.prod(v)) for v in SHAPES.values())
     out = []
@@ -273,10 +275,12 @@ def test_topk_trains_as_well(tmp_path):
 
 
 def test_the_bench_script_runs(tmp_path):
-    """benchmarks/zero_bench.py (which launches its ranks) on a small set on the CPU adapter: every part timed."""
+    """benchmarks/zero_bench.py (which launches its ranks) on a small set, both ranks on the suite's adapter (its
+    default, ``vulkan:<local rank>``, needs one Vulkan adapter per rank): every part timed."""
     import json
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "zero_bench.py"
-    r = subprocess.run([sys.executable, str(script), "--sets", "single:5000@1", "--device", "cpu", "--json",
+    sel = os.environ.get("RLX_GPU_ADAPTER") or rlx_gpu.get_device().name
+    r = subprocess.run([sys.executable, str(script), "--sets", "single:5000@1", "--device", sel, "--json",
                         str(tmp_path / "z.json")], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     for rank in (0, 1):

@@ -23,7 +23,7 @@ for r in range(world):
     x = rng.standard_normal((2048, D)).astype(np.float32)
     data.append((x, x @ w_true + (0.1 * rng.standard_normal((2048, O))).astype(np.float32)))
 zero = ZeroRedundancyOptimizer({"w": np.zeros((D, O), np.float32), "b": np.zeros(O, np.float32)},
-                               optimizer_class=rlx_gpu.SGD, lr=0.05, momentum=0.9, device="cpu",
+                               optimizer_class=rlx_gpu.SGD, lr=0.05, momentum=0.9,
                                grad_compression=TopK(ratio) if ratio else None)
 x, y = data[rank]
 for s in range(steps):

@@ -38,7 +38,7 @@ scaler = rlx_gpu.GradScaler(init_scale=opts.pop("scaler"), growth_interval=2) if
 if topk is not None:
     opts["grad_compression"] = rlx_gpu.compression.TopK(*topk)
 zero = ZeroRedundancyOptimizer(params, optimizer_class=getattr(rlx_gpu, cls_name), process_group=group,
-                               device="cpu", **opts)
+                               **opts)
 if restore != "-":
     zero.restore(restore)
 got = {}
@@ -82,7 +82,7 @@ if checks:
     except KeyError:
         same = all(np.array_equal(before[n], zero.params[n]) for n in before)
         print("missing grad: KeyError," + (" unchanged" if same else " CHANGED"), flush=True)
-    other = ZeroRedundancyOptimizer(params, optimizer_class=rlx_gpu.SGD, process_group=group, device="cpu")
+    other = ZeroRedundancyOptimizer(params, optimizer_class=rlx_gpu.SGD, process_group=group)
     keep = {n: v.copy() for n, v in other.params.items()}
     try:
         other.restore(save)
@@ -91,7 +91,7 @@ if checks:
         print("other class: ValueError," + (" unchanged" if same else " CHANGED"), flush=True)
     mine = dict(params) if rank == 0 else {**params, "e": np.zeros(2, np.float32)}
     try:
-        ZeroRedundancyOptimizer(mine, process_group=group, device="cpu")
+        ZeroRedundancyOptimizer(mine, process_group=group)
     except ValueError:
         print("different tensors: ValueError", flush=True)
 if group is None:

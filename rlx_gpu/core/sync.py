@@ -9,12 +9,19 @@ import functools
 
 
 def locked(fn):
-    """Method decorator: run under ``self.lock``, after checking that ``self.device`` (if any) is alive."""
+    """Method decorator: run under ``self.lock``, after checking that ``self.device`` (if any) is alive; an error
+    of the call on a device found lost meanwhile becomes the device's DeviceLostError (Dawn reports a destroyed
+    device at the next call that waits, not at once)."""
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
         with self.lock:
             dev = getattr(self, "device", None)
-            if dev is not None:
-                dev.ensure_alive()
-            return fn(self, *args, **kwargs)
+            if dev is None:
+                return fn(self, *args, **kwargs)
+            dev.ensure_alive()
+            try:
+                return fn(self, *args, **kwargs)
+            except Exception as e:
+                dev._failed(e)
+                raise
     return wrapper

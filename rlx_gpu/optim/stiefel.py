@@ -42,7 +42,9 @@ class StiefelSGD(MatrixOptimizer):
             self._work[rows, cols] = {k: dev.buffer(size, f"StiefelSGD.{k}{(rows, cols)}")
                                       for k in ("xs", "gs", "ms", "ys", "zs")}
             self._work[rows, cols]["small"] = dev.buffer(4 * len(ts) * cols * cols, f"StiefelSGD.small{(rows, cols)}")
+        # (two placeholders: one buffer in two writable bindings of a dispatch is invalid WebGPU, refused by Dawn)
         self._dummy_buf = dev.buffer(16, "StiefelSGD.no-momentum")
+        self._dummy_vv = dev.buffer(16, "StiefelSGD.no-cayley")
         rec = self.record
         self._consts = dict(W_FLAGS=rec.tensor.offset["flags"], W_WD=rec.tensor.offset["wd"],
                             W_MU=rec.tensor.offset["mu"], W_OMD=rec.tensor.offset["omd"],
@@ -95,7 +97,7 @@ class StiefelSGD(MatrixOptimizer):
         prm = linalg._prm(dev, [n, p, B, q, 0, int(mom), int(q > 0), 0] + [t * self.record.size for t in members],
                           "stiefel.prm", keep, cache)
         kg, ks = self._k("st_gather"), self._k("st_scatter")
-        vv = self._cayley_buffers(shape)["vv"] if q else self._dummy_buf
+        vv = self._cayley_buffers(shape)["vv"] if q else self._dummy_vv
         for (r, b, c, ln) in rows:
             kg.dispatch(enc, self._pbind(kg, r, b, c, w, mom, vv), -(-ln // 256))
 

@@ -4,7 +4,9 @@ from .arena import Arena, DeviceTensor
 from .device import Device, DeviceLostError, NoAdapterError, adapters, get_device
 from .kernels import ComputePass, Kernel, get_kernel, grid, shipped_kernel
 from .layout import Layout
+from .implementation import set_implementation
 from .program import Program
 
 __all__ = ["Arena", "DeviceTensor", "Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device",
-           "ComputePass", "Kernel", "get_kernel", "grid", "shipped_kernel", "Layout", "Program"]
+           "ComputePass", "Kernel", "get_kernel", "grid", "shipped_kernel", "Layout", "Program",
+           "set_implementation"]

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from . import implementation as _impl
 from .discovery import NoAdapterError, _describe, _select_at, _wgpu, adapters
 
 __all__ = ["Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device"]
@@ -32,14 +33,26 @@ _LIMITS = (
     "min-storage-buffer-offset-alignment",
     "max-bind-groups",
 )
-_FEATURES = ("timestamp-query", "shader-f16")
+# Features requested where the adapter has them. implicit-device-synchronization is Dawn's (wgpu-native's devices
+# are always thread-safe): without it a Dawn device must not be called from two threads at once, and several
+# optimizers on one device may step from several threads (rlx_gpu.core.sync).
+_FEATURES = ("timestamp-query", "shader-f16", "implicit-device-synchronization")
 class DeviceLostError(RuntimeError):
     """Raised when the wgpu device is gone (``destroy()``, a driver reset, a GPU removed). Everything on it is lost:
     make a new optimizer (from a checkpoint); ``get_device`` gives a fresh device for the same adapter."""
 
 
-# wgpu-native's words for a device that is gone, in the validation errors of calls made on it
-_LOST_WORDS = ("device is lost", "device lost", "parent device is lost", "device is invalid")
+# wgpu-native's and Dawn's words for a device that is gone, in the validation errors of calls made on it
+_LOST_WORDS = ("device is lost", "device lost", "parent device is lost", "device is invalid", "[device] is lost")
+
+
+def _gone(device) -> bool:
+    """Whether wgpu-py has seen the device go: wgpu-native stops its poller in ``destroy()``; Dawn resolves the
+    device-lost promise when it next processes events (every wait does)."""
+    if getattr(device, "_poller", True) is None:
+        return True
+    promise = getattr(device, "_lost_promise", None)
+    return promise is not None and getattr(promise, "_state", "pending") != "pending"
 
 
 class Device:
@@ -52,23 +65,22 @@ class Device:
         wgpu = _wgpu()
         self.adapter = adapter
         self.info = _describe(adapter)
+        #: The WebGPU implementation the device runs on: "wgpu-native" or "dawn".
+        self.implementation = _impl.implementation()
         self.position = 0  # (among the adapters found, best first: tells identical GPUs apart; get_device sets it)
         # On a CPU adapter device memory is host memory: arenas that the host can map directly make each
         # transfer one memcpy instead of two (measured on llvmpipe: 5-6 GB/s against 2-3 through staging).
-        self.host_mappable = (self.info["type"] == "CPU" and "mappable-primary-buffers" in adapter.features)
+        self.host_mappable = (self.info["type"] == "CPU" and "mappable-primary-buffers" in _impl.features(adapter))
+        #: Whether Dawn skips its validation of this device's commands (RLX_GPU_DAWN_SKIP_VALIDATION=1; README).
+        self.skip_validation = _shared["skip_validation"] if _shared else _impl.skip_validation()
         if _device is None:
-            lim = adapter.limits
-            required = {k: lim[k] for k in _LIMITS if k in lim}
-            feats = [f for f in _FEATURES if f in adapter.features]
-            if self.host_mappable:
-                feats.append("mappable-primary-buffers")
-            _device = adapter.request_device_sync(required_features=feats, required_limits=required)
-            _poll_without_blocking(_device)
+            _device = _request(adapter, self.host_mappable, self.skip_validation)
         self.wgpu = wgpu
         self.device = _device
         self.queue = _device.queue
         self.limits = dict(_device.limits)
-        self.features = set(_device.features)
+        #: The device's features, spelled as rlx_gpu spells them on either implementation (``subgroups``, ...).
+        self.features = _impl.features(_device)
         binding = min(self.limits["max-storage-buffer-binding-size"], self.limits["max-buffer-size"])
         if max_storage_binding is not None:
             binding = min(binding, int(max_storage_binding))
@@ -82,7 +94,8 @@ class Device:
         # Shared between views of the same wgpu device: pipelines, the staging buffers and the lock that
         # serialises their use ("io": transfers and read-backs from several threads), whether it is lost.
         self._shared = _shared if _shared is not None else {"pipelines": {}, "modules": {}, "lock": threading.RLock(),
-                                                            "io": threading.RLock(), "lost": None}
+                                                            "io": threading.RLock(), "lost": None,
+                                                            "skip_validation": self.skip_validation}
         if _shared is None and not self.host_mappable:
             # Staging buffers are made before any arena: on the H200, staging made after large buffers had
             # been freed left every kernel 10-25% slower for the life of the process (PERF_NOTES.md, 11).
@@ -104,7 +117,11 @@ class Device:
     def encoder(self):
         """A new command encoder on this device (record :class:`rlx_gpu.Program` dispatches, then ``submit``)."""
         self.ensure_alive()
-        return self.device.create_command_encoder()
+        try:
+            return self.device.create_command_encoder()
+        except Exception as e:
+            self._failed(e)
+            raise
 
     @property
     def io_lock(self):
@@ -114,7 +131,7 @@ class Device:
     @property
     def lost(self) -> bool:
         """Whether the device is gone (destroyed, or a call on it failed because it was lost)."""
-        if self._shared["lost"] is None and getattr(self.device, "_poller", True) is None:
+        if self._shared["lost"] is None and _gone(self.device):
             self._mark_lost("the device was destroyed")
         return self._shared["lost"] is not None
 
@@ -134,7 +151,11 @@ class Device:
         """Turn an error of a call on a lost device into DeviceLostError (otherwise return)."""
         if any(w in str(e).lower() for w in _LOST_WORDS):
             self._mark_lost(str(e).strip().splitlines()[-1])
-            self.ensure_alive()
+        try:
+            self.device._poll()  # (delivers Dawn's device-lost callback, if that is why the call failed)
+        except Exception:
+            pass
+        self.ensure_alive()
 
     def with_binding_cap(self, max_storage_binding: int) -> "Device":
         """A view of this device whose arenas are chunked at ``max_storage_binding`` bytes."""
@@ -208,7 +229,11 @@ class Device:
         u = self.wgpu.BufferUsage
         self.ensure_alive()
         with self.io_lock:
-            self._sync(u)
+            try:
+                self._sync(u)
+            except Exception as e:
+                self._failed(e)
+                raise
 
     def _sync(self, u):
         if "fence" not in self._shared:
@@ -220,6 +245,16 @@ class Device:
         self.queue.submit([enc.finish()])
         dst.map_sync("READ", 0, 16)
         dst.unmap()
+
+
+def _request(adapter, host_mappable: bool, skip_validation: bool):
+    """A device on ``adapter`` with its real limits and the features rlx_gpu uses that it has."""
+    lim, have = adapter.limits, _impl.features(adapter)
+    required = {k: lim[k] for k in _LIMITS if k in lim}
+    feats = [f for f in _FEATURES if f in have] + (["mappable-primary-buffers"] if host_mappable else [])
+    device = _impl.request_device(adapter, feats, required, skip_validation)
+    _poll_without_blocking(device)
+    return device
 
 
 POLL_SLEEP = 1e-4  # seconds between the non-blocking polls of a pending map request

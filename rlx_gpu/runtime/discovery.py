@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from . import implementation
+
 __all__ = ["NoAdapterError", "adapters"]
 
 _INSTALL_HINT = (
@@ -54,12 +56,12 @@ def runtime_dir() -> str | None:
 
 
 def _wgpu():
+    """The wgpu-py API module of the implementation in use (``rlx_gpu.runtime.implementation``)."""
     runtime_dir()
     try:
-        import wgpu
-    except ImportError as e:  # pragma: no cover - wgpu is a hard dependency
-        raise NoAdapterError(f"wgpu (wgpu-py) is not importable: {e}. pip install wgpu") from e
-    return wgpu
+        return implementation.wgpu()
+    except ImportError as e:  # (wgpu is a dependency; wgpudawn an extra)
+        raise NoAdapterError(str(e)) from e
 
 
 def _enumerate():

@@ -62,20 +62,35 @@ class Kernel:
         missing = set(self.bindings) - set(buffers)
         if missing:
             raise KeyError(f"rlx_gpu: {self.label}:{self.entry}: no buffer for binding(s) {sorted(missing)}")
-        entries = []
-        for name, (idx, _) in self.bindings.items():
-            b = buffers[name]
-            if isinstance(b, tuple):
-                buf, off, size = b
-                entries.append({"binding": idx, "resource": {"buffer": buf, "offset": off, "size": size}})
-            else:
-                entries.append({"binding": idx, "resource": {"buffer": b, "offset": 0, "size": b.size}})
+        ranges = {}
+        for name in self.bindings:
+            buf, off, size = buffers[name] if isinstance(buffers[name], tuple) else (buffers[name], 0, None)
+            ranges[name] = (buf, off, buf.size - off if size is None else size)
+        self._check_aliasing(ranges)
+        entries = [{"binding": idx, "resource": dict(zip(("buffer", "offset", "size"), ranges[name]))}
+                   for name, (idx, _) in self.bindings.items()]
         try:
             return self.device.device.create_bind_group(layout=self.layout, entries=entries,
                                                         label=f"{self.label}:{self.entry}")
         except Exception as e:
             self.device._failed(e)
             raise RuntimeError(f"rlx_gpu: {self.label}: binding buffers failed: {e}") from e
+
+    def _check_aliasing(self, ranges: dict) -> None:
+        """WebGPU's rules for one dispatch: a buffer bound writable is bound nowhere else read-only, and two
+        writable bindings of one buffer do not overlap. (wgpu-native enforces the first with a bare "Validation
+        Error", Dawn both; checked here, so both give this error, naming the bindings.)"""
+        items = list(ranges.items())
+        for i, (a, (buf, off, size)) in enumerate(items):
+            for b, (buf2, off2, size2) in items[i + 1:]:
+                ro_a, ro_b = self.bindings[a][1], self.bindings[b][1]
+                if buf2 is not buf or (ro_a and ro_b):
+                    continue
+                if ro_a != ro_b or (off < off2 + size2 and off2 < off + size):
+                    how = "read-only and writable" if ro_a != ro_b else "writable with overlapping ranges"
+                    raise ValueError(f"rlx_gpu: {self.label}:{self.entry}: bindings {a!r} and {b!r} are one buffer "
+                                     f"bound {how} (bytes {off}..{off + size} and {off2}..{off2 + size2}); WebGPU "
+                                     "forbids it in one dispatch: bind separate buffers")
 
     def dispatch(self, encoder, bind_group, groups: int):
         """Record ``groups`` workgroups (a 2-D grid past the per-dimension limit; kernels flatten it)."""

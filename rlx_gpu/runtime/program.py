@@ -16,10 +16,16 @@ an (x, y, z) tuple. Buffers of your own: ``device.buffer(nbytes, label, data=arr
 """
 from __future__ import annotations
 
+import warnings
+
 from .arena import DeviceTensor
 from .kernels import get_kernel
 
 __all__ = ["Program"]
+
+SKIP_WARNING = ("rlx_gpu.Program: this device runs with Dawn's skip_validation (RLX_GPU_DAWN_SKIP_VALIDATION=1): "
+                "Dawn does not validate your kernel's bindings and dispatches, so a binding past its buffer is "
+                "undefined behaviour instead of an error. Unset RLX_GPU_DAWN_SKIP_VALIDATION while you develop it")
 
 
 def _resource(name: str, v):
@@ -41,6 +47,8 @@ class Program:
 
     def __init__(self, device, code: str, entry: str, *, label: str = "user", **constants):
         self.device = device
+        if getattr(device, "skip_validation", False):  # (never silently: README, "Choosing the implementation")
+            warnings.warn(SKIP_WARNING, RuntimeWarning, stacklevel=2)
         self.kernel = get_kernel(device, label, code, entry, **constants)
         #: The storage bindings the entry point uses: {name: (binding index, read-only)}.
         self.bindings = dict(self.kernel.bindings)

@@ -102,7 +102,11 @@ class Transfer:
         One transfer at a time per device (the staging buffers are shared): callers from several threads wait."""
         self.dev.ensure_alive()
         with self.dev.io_lock:
-            self._download(items)
+            try:
+                self._download(items)
+            except Exception as e:
+                self.dev._failed(e)  # (a DeviceLostError if the device went meanwhile)
+                raise
 
     def _download(self, items) -> None:
         rounds = self._rounds(self._direct(items, "READ") if self.dev.host_mappable else items)
@@ -134,7 +138,11 @@ class Transfer:
         time per device, as :meth:`download`)."""
         self.dev.ensure_alive()
         with self.dev.io_lock:
-            self._upload(items)
+            try:
+                self._upload(items)
+            except Exception as e:
+                self.dev._failed(e)
+                raise
 
     def _upload(self, items) -> None:
         if self.dev.host_mappable:

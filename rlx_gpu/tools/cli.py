@@ -27,13 +27,15 @@ def usage() -> str:
 
 
 def version() -> str:
+    """``rlx-gpu <version> (<the implementation in use's parts and versions>)``, e.g. ``(wgpu-py 0.32.0,
+    wgpu-native 29.0.1.1)`` or ``(wgpudawn 0.32.0.4, dawn 20261009.190412)``."""
     from .. import __version__
+    from ..runtime import implementation
     try:
-        import wgpu
-        import wgpu.backends.wgpu_native as native
-        return f"rlx-gpu {__version__} (wgpu-py {wgpu.__version__}, wgpu-native {native.__version__})"
-    except Exception:  # pragma: no cover - wgpu is a dependency; still say our own version
-        return f"rlx-gpu {__version__}"
+        parts = implementation.versions()
+    except Exception:  # (the implementation is not installed: still say our own version, and why)
+        return f"rlx-gpu {__version__} ({implementation.implementation()}: not installed)"
+    return f"rlx-gpu {__version__} (" + ", ".join(f"{k} {v}" for k, v in parts.items()) + ")"
 
 
 def main(argv=None) -> int:
@@ -44,6 +46,12 @@ def main(argv=None) -> int:
     if argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0
+    from ..runtime import implementation
+    try:
+        implementation.implementation()  # (a bad RLX_GPU_IMPLEMENTATION: one clear line, for every command)
+    except ValueError as e:
+        print(f"rlx-gpu: {e}", file=sys.stderr)
+        return 2
     if argv[0] == "--version":
         print(version())
         return 0

@@ -8,6 +8,7 @@ import os
 import sys
 
 from ...runtime.device import NoAdapterError, get_device
+from .implementations import CHOICES, choose, run_each
 from .report import svg_plot, table
 from .shapes import DEFAULT_SETS, OPTIMIZERS, PRECISIONS, param_set
 
@@ -78,6 +79,9 @@ def parse_args(argv=None):
     ap.add_argument("--plot", metavar="FILE.svg", type=_writable,
                     help="write a bar chart of GB/s against the copy line")
     ap.add_argument("--device", default=None, help="adapter selector (default: RLX_GPU_ADAPTER, else the best)")
+    ap.add_argument("--implementation", choices=CHOICES, default=None,
+                    help="WebGPU implementation (default: RLX_GPU_IMPLEMENTATION or wgpu-native); both: each in a "
+                         "child process, rows merged")
     ap.add_argument("--repeats", type=_positive(int, 1), default=None,
                     help=f"timed repeats per figure, the median is reported {_default('repeats')}")
     ap.add_argument("--copy-mb", type=_positive(int, 1), default=None,
@@ -128,18 +132,28 @@ def list_rows(args, dev) -> str:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    try:
-        dev = get_device(args.device)
-    except NoAdapterError as e:
-        print(f"rlx-gpu bench: {e}", file=sys.stderr)
-        return 2
-    adapter_defaults(args, dev)
-    if args.list:
-        print(list_rows(args, dev))
-        return 0
-    from .run import run
-    report = run(args)
+    failed = {}
+    if args.implementation == "both":
+        report, failed = run_each(argv)
+        for why in failed.values():
+            print(f"rlx-gpu bench: {why}", file=sys.stderr)
+        if not report:
+            return 2
+    else:
+        choose(args.implementation)
+        try:
+            dev = get_device(args.device)
+        except NoAdapterError as e:
+            print(f"rlx-gpu bench: {e}", file=sys.stderr)
+            return 2
+        adapter_defaults(args, dev)
+        if args.list:
+            print(list_rows(args, dev))
+            return 0
+        from .run import run
+        report = run(args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
@@ -147,8 +161,9 @@ def main(argv=None) -> int:
         with open(args.plot, "w") as f:
             f.write(svg_plot(report))
     print(table(report))
-    print(f"copy bandwidth {report['copy_gbps']:.1f} GB/s ({report['adapter']}, timing: {report['timing']})")
-    lat = report.get("first_step_latency")
-    if lat and "total_s" in lat:
-        print("first-step latency: " + ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in lat.items()))
-    return 0
+    for name, meta in report.get("implementations", {report.get("implementation"): report}).items():
+        print(f"copy bandwidth {meta['copy_gbps']:.1f} GB/s ({meta['adapter']} on {name}, timing: {meta['timing']})")
+        lat = meta.get("first_step_latency")
+        if lat and "total_s" in lat:
+            print("first-step latency: " + ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in lat.items()))
+    return 2 if failed else 0

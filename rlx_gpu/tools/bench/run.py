@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from ...runtime import implementation
 from ...runtime.device import get_device
 from .baselines import (first_step_latency, host_path, host_rows, numpy_ms, torch_copy_figures, torch_cuda,
                         torch_step_ms)
@@ -39,9 +40,9 @@ def run(args) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "adapter": dev.name, "backend": dev.info["backend"], "adapter_type": dev.info["type"],
         "driver": dev.info["driver"], "timing": "gpu-timestamps" if timer.gpu else "wall-clock",
-        "native_f16": dev.native_f16,
+        "native_f16": dev.native_f16, "implementation": dev.implementation,
         "versions": {"rlx_gpu": rlx_gpu.__version__, "python": platform.python_version(), "numpy": np.__version__,
-                     "wgpu": __import__("wgpu").__version__, "torch": getattr(torch, "__version__", None)},
+                     **implementation.versions(), "torch": getattr(torch, "__version__", None)},
         "host": platform.node(), "copy_gbps": copy_gbps, "copy_variants_gbps": copies,
         "cuda_copy_gbps": None, "torch_pinned_h2d_gbps": None, "torch_pinned_d2h_gbps": None,
     }
@@ -65,7 +66,7 @@ def run(args) -> dict:
     out = dict(meta, rows=rows, skipped=[{"optimizer": p.optimizer, "dtype": p.precision, "param_set": p.param_set,
                                           "reason": p.skip} for p in plans if p.skip])
     if args.host_rows:
-        out["host_rows"] = host_rows(dev, torch, args.repeats)
+        out["host_rows"] = [dict(h, implementation=dev.implementation) for h in host_rows(dev, torch, args.repeats)]
         for h in out["host_rows"]:
             say(f"{h['what']}: {h['wall_ms_per_step']:.3f} ms wall per step"
                 + (f", torch fused {h['torch_wall_ms']:.3f} ms ({h['ratio_vs_torch']:.2f}x)" if "torch_wall_ms" in h
@@ -92,7 +93,8 @@ def _row(rlx_gpu, dev, timer, torch, args, p: Plan, copy_gbps, say) -> dict:
            "tensors": len(p.shapes), "scaled": p.scale, "ms_per_step": t * 1e3, "wall_ms_per_step": wall * 1e3,
            "bytes_per_step": moved, "gbps": gbps, "copy_gbps": copy_gbps,
            "frac_of_copy": None if gbps is None else gbps / copy_gbps, "torch_ms": None, "torch_impl": None,
-           "ratio_vs_torch": None, "numpy_ms": None, "ratio_vs_numpy": None, "adapter": dev.name}
+           "ratio_vs_torch": None, "numpy_ms": None, "ratio_vs_numpy": None, "adapter": dev.name,
+           "implementation": dev.implementation}
     row["state_bytes_per_param"] = opt.memory()["state_per_param"]
     if p.optimizer == "adamw" and p.precision == "fp32" and not args.no_host:
         row.update(host_path(dev, opt, p.shapes))

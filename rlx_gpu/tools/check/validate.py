@@ -8,10 +8,11 @@ runtime gives it). Output on stdout, one JSON line each: first ``{"ready": true}
 then ``{"label", "errors": [message, ...]}`` per job as soon as it is done, so the parent knows which file a crash
 or a hang happened on.
 
-wgpu: naga inside wgpu-native, a module and a compute pipeline per entry point on the selected adapter, with the
-runtime's layout (every storage binding of the file). tint: Dawn's Tint through its Null backend
-(``WGPU_BACKEND_TYPE=Null``, set before ``wgpudawn`` is imported), at WebGPU's default limits (8 storage buffers
-per stage, 256 invocations per workgroup): what a shader may assume on every adapter.
+wgpu: naga inside wgpu-native (whichever implementation the calling process runs on), a module and a compute
+pipeline per entry point on the selected adapter, with the runtime's layout (every storage binding of the file).
+tint: Dawn's Tint through its Null backend (``WGPU_BACKEND_TYPE=Null``, set before ``wgpudawn`` is imported), at
+WebGPU's default limits (8 storage buffers per stage, 256 invocations per workgroup): what a shader may assume on
+every adapter.
 """
 import json
 import os
@@ -19,18 +20,19 @@ import sys
 
 
 def _open(validator: str, selector):
+    from rlx_gpu.runtime import implementation
     from rlx_gpu.runtime.discovery import runtime_dir
     runtime_dir()
     if validator == "tint":
         os.environ["WGPU_BACKEND_TYPE"] = "Null"
-        import wgpudawn as wgpu
+        wgpu = implementation.load("dawn")
         adapter = wgpu.gpu.request_adapter_sync()
         feats = [f for f in ("shader-f16",) if f in adapter.features]
         return wgpu, adapter.request_device_sync(required_features=feats)
-    import wgpu
-
+    # "wgpu" is naga inside wgpu-native, whichever implementation the parent process runs on
+    implementation.set_implementation("wgpu-native")
     from rlx_gpu.runtime.device import get_device
-    return wgpu, get_device(selector).device
+    return implementation.wgpu(), get_device(selector).device
 
 
 def _check(wgpu, device, job) -> list:
