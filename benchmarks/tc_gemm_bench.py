@@ -168,7 +168,8 @@ class Bench:
     def rec(self, case, **kw):
         kw = {"case": case, "t": round(time.time() - self.t0, 1), **kw}
         line = json.dumps(kw, default=str)
-        print(line if len(line) < 4000 else line[:4000] + " ...(whole in the JSON file)", flush=True)
+        whole = "error" in kw or len(line) < 4000  # (compile errors whole; long device records cut here only)
+        print(line if whole else line[:4000] + " ...(whole in the JSON file)", flush=True)
         self.log.write(line + "\n")
         self.log.flush()
         self.rows.append(kw)
