@@ -312,9 +312,10 @@ class Bench:
     def newton_schulz(self):
         """5 steps on GPT-2's 48 hidden matrices (12 per shape, batched per shape as Muon does; tall ones on X^T
         through the transposed GEMMs), f32 in and out, f16 matrices with f32 sums; the tiled gemm16 path beside it.
-        Checked against the float32 iteration on two matrices of each shape."""
+        "grouped": each shape's 17 dispatches in turn; "interleaved": the four shapes' stages in turn (independent
+        dispatches next to each other). Checked against the float32 iteration on two matrices of each shape."""
         from rlx_gpu.linalg import tc
-        from rlx_gpu.linalg.record import ns_encode16
+        from rlx_gpu.linalg.record import ns16_stages
         from tc_cases import ns_case
         coeff = (3.4445, -4.775, 2.0315)
         ns_shapes = [s for n, s in SHAPES.items() if n.startswith("ns")]
@@ -326,21 +327,28 @@ class Bench:
             rng = np.random.default_rng(5)
             xs = [dev.buffer(4 * 12 * m * n, f"ns{m}x{n}", data=rng.standard_normal(12 * m * n).astype(np.float32))
                   for m, n in HIDDEN]
-            for label, base in [*picks.items(), ("tiled gemm16", "tiled")]:
+            runs = [(k, v, "grouped") for k, v in picks.items()] + [("choose_config", None, "interleaved"),
+                                                                     ("tiled gemm16", "tiled", "grouped")]
+            for label, base, order in runs:
                 if self.left() < 10:
                     break
                 cache, keep = {}, []
 
-                def rec(cp, base=base, cache=cache, keep=keep):
-                    for (m, n), x in zip(HIDDEN, xs):
-                        mm = None if base == "tiled" else tc.tc_mm(dev, MODE, 12, keep, cache,
-                                                                   configs=_configs_for(base, m, n))
-                        ns_encode16(dev, cp, x, 0, 12, m, n, 5, coeff, 1e-7, keep, cache, mm=mm)
+                def rec(cp, base=base, cache=cache, keep=keep, order=order):
+                    gens = [ns16_stages(dev, cp, x, 0, 12, m, n, 5, coeff, 1e-7, keep, cache, mm=None if base == "tiled"
+                                        else tc.tc_mm(dev, MODE, 12, keep, cache, configs=_configs_for(base, m, n)))
+                            for (m, n), x in zip(HIDDEN, xs)]
+                    for g in gens if order == "grouped" else []:
+                        for _ in g:
+                            pass
+                    while gens and order == "interleaved":  # one stage of each in turn
+                        gens = [g for g in gens if next(g, StopIteration) is not StopIteration]
                 try:
-                    row = {"device": devname, "gemms": label, "ms": gpu_ms(dev, rec, min(3, REPS), REPEATS)}
+                    row = {"device": devname, "gemms": label, "order": order,
+                           "ms": gpu_ms(dev, rec, min(3, REPS), REPEATS)}
                     row["tflops_effective"] = NS_FLOP / row["ms"] / 1e9
                 except Exception as e:
-                    row = {"device": devname, "gemms": label, "error": str(e)}
+                    row = {"device": devname, "gemms": label, "order": order, "error": str(e)}
                 self.rec("ns_gpt2", **row)
         dev = self.devs["default"]
         for m, n in HIDDEN if self.left() > 5 else []:
@@ -355,7 +363,7 @@ class Bench:
                 print(f"{r['case']:12s} {r.get('device', 'cuda'):8s} {str(r['shape']):28s} {name:28s} "
                       f"{r['tflops']:8.1f} {r['ms']:9.3f}{ok}")
             elif r["case"] in ("ns_gpt2", "torch_ns", "torch_muon") and "ms" in r:
-                what = r.get("gemms", r.get("what"))
+                what = f"{r['gemms']} ({r['order']})" if "gemms" in r else r.get("what")
                 print(f"{r['case']:12s} {r.get('device', 'cuda'):8s} {what:60s} {r['ms']:9.3f}")
             elif "error" in r:
                 print(f"{r['case']:12s} ERROR {r.get('variant', r.get('phase', ''))}: {str(r['error'])[:300]}")
