@@ -112,12 +112,23 @@ def ns_encode(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, cac
         copy_range(dev, enc, cur, 0, x, offset, size, keep, cache)
 
 
-def ns_encode16(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, cache=None, capacity=None) -> None:
+def ns_encode16(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, cache=None, capacity=None,
+                mm=None) -> None:
+    """:func:`ns16_stages`, all recorded at once."""
+    for _ in ns16_stages(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, cache, capacity, mm):
+        pass
+
+
+def ns16_stages(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, cache=None, capacity=None, mm=None):
     """:func:`ns_encode` with the iteration in float16 (the float32 matrices in ``x`` converted in and out). Every
     f16 matrix is kept scaled so that its entries are O(1) and sums of 16 products neither underflow nor
     overflow: with s = min(m, n) and L = max(m, n), X~ = sqrt(L) X, A~ = sqrt(s) A, B~ = sqrt(s) B (the GEMMs'
     alpha undo the products' factors), so the spectral norms below ~1.5 that Newton-Schulz keeps bound every
-    partial sum by Cauchy-Schwarz well inside f16's range."""
+    partial sum by Cauchy-Schwarz well inside f16's range. ``mm(enc, A, B, C, M, N, K, alpha, beta, D, ta, tb,
+    strides)``: the GEMM C = alpha op(A) op(B) + beta D of float16 buffers (default: ``gemm16.wgsl``, D copied into C
+    first; the tensor-core GEMM reads D itself: ``rlx_gpu.linalg.tc``). A generator: it records one stage (the
+    conversion in, then each GEMM; the conversion out with the last) per step, so a caller can interleave the
+    independent iterations of several batches."""
     a, b, c = (float(v) for v in coeffs)
     s, L = min(m, n), max(m, n)
     tall = m > n
@@ -131,31 +142,40 @@ def ns_encode16(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, c
     xa, xb, amat, bmat = work
     keep += list(work)
     rs, rl = float(np.sqrt(s)), float(np.sqrt(L))
-    kin, kout, kcp = (shipped_kernel(dev, "gemm16.wgsl", e) for e in ("ns16_in", "ns16_out", "copy16"))
+    kin, kout = (shipped_kernel(dev, "gemm16.wgsl", e) for e in ("ns16_in", "ns16_out"))
     prm = _prm(dev, [m * n, offset, 0, _bits(eps), batch, _bits(rl)], "ns16.prm", keep, cache)
     kin.dispatch(enc, _bind(kin, cache, {"X": x, "C": xa, "prm": prm}), batch)
-
-    def copy(src, dst, count):
-        p = _prm(dev, [count, 0, 0], "copy16.prm", keep, cache)
-        kcp.dispatch(enc, _bind(kcp, cache, {"A": src, "C": dst, "prm": p}), -(-count // 256))
-
-    def mm(A, B, C, M, N, K, alpha, beta=0.0, **kw):
-        gemm(dev, enc, A, B, C, M, N, K, alpha=alpha, beta=beta, batch=batch, keep=keep, cache=cache, f16=True,
-             **kw)
-
+    yield
+    mm = mm or _tiled16(dev, batch, keep, cache)
+    sq, mn = s * s, m * n
     cur, other = xa, xb
     for _ in range(ns_steps):
-        mm(cur, cur, amat, s, s, L, rs / L, ta=tall, tb=not tall, strides=(m * n, m * n, s * s))  # A~ = X~ X~^T
-        copy(amat, bmat, batch * s * s)
-        mm(amat, amat, bmat, s, s, s, c / rs, b, strides=(s * s, s * s, s * s))  # B~ = b A~ + c A~ A~ / sqrt(s)
-        copy(cur, other, batch * m * n)
+        mm(enc, cur, cur, amat, s, s, L, rs / L, 0.0, None, tall, not tall, (mn, mn, sq))  # A~ = X~ X~^T
+        yield
+        mm(enc, amat, amat, bmat, s, s, s, c / rs, b, amat, False, False, (sq, sq, sq))  # B~ = b A~ + c A~A~/sqrt(s)
+        yield
         if tall:  # X~ = a X~ + X~ B~ / sqrt(s)
-            mm(cur, bmat, other, m, n, n, 1.0 / rs, a, strides=(m * n, s * s, m * n))
+            mm(enc, cur, bmat, other, m, n, n, 1.0 / rs, a, cur, False, False, (mn, sq, mn))
         else:
-            mm(bmat, cur, other, m, n, m, 1.0 / rs, a, strides=(s * s, m * n, m * n))
+            mm(enc, bmat, cur, other, m, n, m, 1.0 / rs, a, cur, False, False, (sq, mn, mn))
+        yield
         cur, other = other, cur
     prm = _prm(dev, [m * n, offset, 0, 0, batch, _bits(rl)], "ns16.prm", keep, cache)
     kout.dispatch(enc, _bind(kout, cache, {"X": x, "C": cur, "prm": prm}), batch)
+
+
+def _tiled16(dev, batch, keep, cache):
+    """Newton-Schulz's GEMM on ``gemm16.wgsl``: D copied into C (``copy16``), then C = alpha AB + beta C."""
+    kcp = shipped_kernel(dev, "gemm16.wgsl", "copy16")
+
+    def mm(enc, A, B, C, M, N, K, alpha, beta, D, ta, tb, strides):
+        if D is not None:
+            count = batch * strides[2]
+            p = _prm(dev, [count, 0, 0], "copy16.prm", keep, cache)
+            kcp.dispatch(enc, _bind(kcp, cache, {"A": D, "C": C, "prm": p}), -(-count // 256))
+        gemm(dev, enc, A, B, C, M, N, K, alpha=alpha, beta=beta if D is not None else 0.0, batch=batch, keep=keep,
+             cache=cache, f16=True, ta=ta, tb=tb, strides=strides)
+    return mm
 
 
 def cholesky_qr_encode(dev, enc, y, z, small, n, p, batch, keep, cache=None) -> None:

@@ -1,0 +1,156 @@
+"""The tensor-core GEMM (rlx_gpu/linalg/tc*.py): the emulated path (the same kernel, fragment operations written
+out) against NumPy float64 on the CPU adapter; every generated kernel compiled by Tint (Dawn's Null backend, which
+has the subgroup-matrix feature but no GPU); the subgroup-matrix path itself on a Dawn adapter that offers it (a
+child process: tests/tc_worker.py), skipped elsewhere unless RLX_GPU_REQUIRE_SUBGROUP_MATRIX=1 makes that a failure.
+
+Tolerances (relative to the largest entry of the float64 reference of the same float16 operands): float32 results
+2e-6 emulated (measured 2e-7 to 3e-7: products of f16 are exact in f32, sums of at most 128 terms) and 1e-5 on
+subgroup matrices (the tensor cores' accumulation order and rounding are the hardware's); float16 results 6e-4
+(one rounding: 2^-11 relative, plus the f32 sums). Newton-Schulz in float16 with f32 sums, 5 steps: 2e-3 absolute
+of the float32 iteration (entries O(1); measured 8.9e-4 emulated; gemm16's f16 sums give up to 4.3e-3)."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlx_gpu import linalg
+from rlx_gpu.linalg import tc
+from rlx_gpu.linalg.tcconfig import TcConfig
+from rlx_gpu.linalg.tcgen import generate
+from rlx_gpu.runtime.params import Params
+from tc_cases import GEMM_CASES, NS_CASES, gemm_case, ns_case
+
+HERE = Path(__file__).resolve().parent
+TOL = {("emulated", "f32"): 2e-6, ("subgroup-matrix", "f32"): 1e-5, ("emulated", "f16"): 6e-4,
+       ("subgroup-matrix", "f16"): 6e-4}
+NS_TOL = 2e-3
+
+
+def _needs_f16(device):
+    if "shader-f16" not in device.features:
+        pytest.skip(f"{device.name} has no shader-f16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GEMM_CASES, ids=lambda c: f"{c['M']}x{c['N']}x{c['K']}")
+def test_emulated_gemm_against_numpy(case, device):
+    _needs_f16(device)
+    r = gemm_case(device, "emulated", **case)
+    assert r["rel_err"] <= TOL[("emulated", r["out"])], r
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", NS_CASES)
+def test_emulated_newton_schulz_against_float32(shape, device):
+    _needs_f16(device)
+    assert ns_case(device, "emulated", shape)["abs_err"] <= NS_TOL
+
+
+@pytest.mark.gpu
+def test_linalg_paths(device, monkeypatch):
+    _needs_f16(device)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((2, 64, 32)).astype(np.float16), rng.standard_normal((2, 32, 64)).astype(np.float16)
+    ref = a.astype(np.float64) @ b
+    got = linalg.matmul(a, b, device=device, path="emulated")
+    assert got.dtype == np.float16 and np.abs(got - ref).max() <= 6e-4 * np.abs(ref).max()
+    x = rng.standard_normal((64, 128)).astype(np.float32)  # (the kernels of NS_CASES)
+    o = linalg.newton_schulz_orth(x, ns_dtype="float16", device=device, path="emulated")
+    assert np.abs(o - linalg.newton_schulz_orth(x, device=device)).max() <= NS_TOL
+    sm = tc.subgroup_matrix_size(device) is not None
+    assert linalg.gemm_path("float16", device) == ("subgroup-matrix" if sm else "tiled")
+    assert linalg.gemm_path("float32", device) == "tiled"
+    with pytest.raises(ValueError, match="float16 work"):
+        linalg.matmul(x, x.T.copy(), device=device, path="emulated")
+    with pytest.raises(ValueError, match="path must be one of"):
+        linalg.matmul(a, b, device=device, path="tensor")
+    if not sm:
+        with pytest.raises(ValueError, match="offers no subgroup matrices"):
+            linalg.matmul(a, b, device=device, path="subgroup-matrix")
+        monkeypatch.setenv(tc.REQUIRE_ENV, "1")
+        with pytest.raises(ValueError, match=tc.REQUIRE_ENV):
+            linalg.newton_schulz_orth(x, ns_dtype="float16", device=device)
+
+
+def test_config_and_params():
+    with pytest.raises(ValueError, match="store='direct' needs"):
+        TcConfig(store="direct", out="f16", edges=False).check()
+    with pytest.raises(ValueError, match="stage='coop' needs edges=False"):
+        TcConfig(stage="coop").check()
+    with pytest.raises(ValueError, match="mode"):
+        TcConfig(mode="tensor").check()
+    src = generate(TcConfig(epi="d", out="f16"))
+    assert "struct GemmParams" in src and "p.alpha" in src and "prm[" not in src and "deprecated" not in src
+    P = Params("P", "M", "scale:f32")
+    assert P.wgsl() == "struct P { M: u32, scale: f32, }"
+    assert list(P.pack(M=7, scale=0.5)) == [7, int(np.float32(0.5).view(np.uint32))]
+    with pytest.raises(KeyError, match=r"missing \['scale'\], unknown \['N'\]"):
+        P.pack(M=1, N=2)
+    with pytest.raises(ValueError, match="does not fit a u32"):
+        P.pack(M=-1, scale=0.0)
+    with pytest.raises(ValueError, match="repeats"):
+        Params("Q", "a", "a:f32")
+
+
+class _Dev:  # what choose_config reads of a device
+    limits = {"max-compute-workgroup-storage-size": 16384}
+    features: set = set()
+
+
+def test_choose_config_fits_and_aligns():
+    cfg = tc.choose_config(_Dev(), "emulated", 4096, 4096, 4096, base=TcConfig())  # (its store: scratch)
+    assert cfg.smem_bytes() <= 16384 and not cfg.edges and cfg.stage == "vec8" and cfg.store == "scratch"
+    cfg = tc.choose_config(_Dev(), "emulated", 4096, 4096, 4096)  # (no base: the fragment store where allowed)
+    assert cfg.store == "direct" and cfg.smem_bytes() <= 16384
+    cfg = tc.choose_config(_Dev(), "emulated", 100, 64, 37, ta=True)
+    assert cfg.edges and cfg.stage == "f16" and cfg.store == "scratch"
+
+
+def _worker(cmd, payload, timeout=900):
+    r = subprocess.run([sys.executable, str(HERE / "tc_worker.py"), cmd], input=json.dumps(payload),
+                       capture_output=True, text=True, timeout=timeout)
+    lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert r.returncode == 0, r.stderr[-3000:]
+    return lines
+
+
+def _bench_variants():
+    spec = importlib.util.spec_from_file_location("tc_gemm_bench", HERE.parent / "benchmarks" / "tc_gemm_bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.all_configs()
+
+
+def test_every_kernel_compiles_with_tint():
+    """Every configuration the tests and the H200 experiment use, in both modes, is valid WGSL for Tint (Dawn's
+    compiler): no error and no deprecation warning, before it reaches a GPU."""
+    cfgs = [TcConfig(**c["base"]) if "base" in c else TcConfig() for c in GEMM_CASES]
+    cfgs = [c.with_(mode=m, edges=c.edges if c.stage in ("vec8", "f16") else False)
+            for c in cfgs for m in ("subgroup-matrix", "emulated")] + _bench_variants()
+    lines = _worker("compile", [asdict(c) for c in cfgs])
+    if lines and "unavailable" in lines[0]:
+        pytest.skip(f"Tint (wgpudawn) unavailable: {lines[0]['unavailable']}")
+    assert len(lines) == len(cfgs)
+    bad = [x for x in lines if x.get("error") or x.get("warnings")]
+    assert not bad, json.dumps(bad, indent=1)[:6000]
+
+
+def test_subgroup_matrix_path_on_the_device():
+    """The subgroup-matrix GEMM and Newton-Schulz against NumPy where a Dawn adapter offers subgroup matrices."""
+    cases = GEMM_CASES + [{"ns": {"shape": list(s)}} for s in NS_CASES]
+    lines = _worker("run", cases)
+    if lines and "unavailable" in lines[0]:
+        if os.environ.get(tc.REQUIRE_ENV, "") not in ("", "0"):
+            pytest.fail(f"{tc.REQUIRE_ENV} is set but {lines[0]['unavailable']}")
+        pytest.skip(lines[0]["unavailable"])
+    results = lines[1:]
+    assert len(results) == len(cases), lines
+    for r in results:
+        ok = r["abs_err"] <= NS_TOL if "abs_err" in r else r["rel_err"] <= TOL[("subgroup-matrix", r["out"])]
+        assert ok, r
