@@ -265,3 +265,36 @@ def test_takes_torch_params_and_is_a_torch_optimizer(device):
     assert set(sd["state"]) == {0, 1, 2, 3} and isinstance(sd["state"][0]["momentum_buffer"], torch.Tensor)
     part.load_state_dict(sd)
     part.load_state_dict(plain.state_dict())  # (rlx_gpu's {"parts": ...} too)
+
+
+@pytest.mark.parametrize("kind", ["gpu", "twin", "torch"])
+def test_add_param_group(kind, device):
+    """A group added mid-run is routed by label; the parts' states carry over: the run equals one made with every
+    group from the start whose new tensors had no grads until then (1e-6)."""
+    p = params()
+    first = {k: v for k, v in p.items() if k != "h.2"}
+    if kind == "torch":
+        torch = pytest.importorskip("torch", reason="torch tensors are what this case passes")
+        ts = {k: torch.nn.Parameter(torch.tensor(v)) for k, v in p.items()}
+        part = rlx_gpu.Partition({k: ts[k] for k in first}, label, PARTS, device=device)
+    else:
+        part = (rlx_gpu.reference.Partition(first, label, PARTS) if kind == "twin" else
+                rlx_gpu.Partition(first, label, PARTS, device=device))
+    whole = rlx_gpu.Partition([{"params": first}, {"params": {"h.2": p["h.2"]}, "lr": 0.05}], label, PARTS,
+                              device=device)
+    for s in range(4):
+        if s == 2:
+            new = {"h.2": ts["h.2"]} if kind == "torch" else {"h.2": p["h.2"]}
+            part.add_param_group({"params": new, "lr": 0.05})
+        g = {k: v for k, v in grads(s + 4).items() if s >= 2 or k != "h.2"}
+        if kind == "torch":
+            for k, t in ts.items():
+                t.grad = torch.tensor(g[k]) if k in g else None
+            part.step()
+        else:
+            part.step(g)
+        whole.step(g)
+    a, b = part.read_params(), whole.read_params()
+    for k in SHAPES:
+        np.testing.assert_allclose(a[k], b[k], atol=1e-6, rtol=1e-6, err_msg=k)
+    assert len(part.param_groups) == 3 and part.parts["muon"].param_groups[-1]["lr"] == 0.05

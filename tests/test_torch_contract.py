@@ -336,3 +336,25 @@ print('ok')
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("twin", [False, True], ids=["gpu", "twin"])
+def test_add_param_group_numpy_built(twin, device):
+    """NumPy-built optimizers take add_param_group too: the run equals one built with both groups whose second
+    group had no grads before (bit for bit on the same adapter)."""
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    make = (lambda g: rlx_gpu.reference.Adam(g, lr=0.1)) if twin else (lambda g: rlx_gpu.Adam(g, lr=0.1, device=device))
+    grown, whole = make({"a": a}), make([{"params": {"a": a}}, {"params": {"b": b}, "lr": 0.01}])
+    for s in range(5):
+        if s == 2:
+            grown.add_param_group({"params": {"b": b}, "lr": 0.01})
+            with pytest.raises(ValueError, match="'a' appears more than once"):
+                grown.add_param_group({"params": {"a": a}})
+        g = {"a": rng.standard_normal((5, 3)).astype(np.float32)}
+        if s >= 2:
+            g["b"] = rng.standard_normal(4).astype(np.float32)
+        grown.step(g)
+        whole.step(g)
+    x, y = grown.read_params(), whole.read_params()
+    assert all(np.array_equal(x[n], y[n]) for n in ("a", "b")) and grown.param_groups[1]["lr"] == 0.01

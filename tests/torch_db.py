@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch's optim_db is what these tests drive")
 co = pytest.importorskip("torch.testing._internal.common_optimizers", reason="torch's optim_db needs expecttest")
 
+import rlx_gpu  # noqa: E402
 import rlx_gpu.torch as RT  # noqa: E402
 
 from cases import TABLE  # noqa: E402
@@ -133,3 +134,34 @@ def assert_equal(a, b, exact=False, where="") -> None:
             assert_equal(x, y, exact, f"{where}[{i}]")
     else:
         assert a == b or (a != a and b != b), f"{where}: {a!r} vs {b!r}"
+
+
+def entry(info, plain: bool):
+    """The class, or rlx_gpu.<Name> (which makes the same class from tensors)."""
+    return getattr(rlx_gpu, info.name) if plain else info.optim_cls
+
+
+def closure_of(opt, info, w, b, x):
+    def closure():
+        opt.zero_grad()
+        loss = loss_of(w, b, x)
+        loss.backward()
+        sparsify(info, w, b)
+        return loss
+    return closure
+
+
+def small_model(info, dtype):
+    """torch's Linear-Sigmoid-Linear-Sigmoid model (matrix-only optimizers: no biases; StiefelSGD: orthonormal)."""
+    torch.manual_seed(1)
+    if info.matrix_only:
+        m = torch.nn.Sequential(torch.nn.Linear(2, 3, bias=False), torch.nn.Sigmoid(), torch.nn.Linear(3, 3, bias=False),
+                                torch.nn.Sigmoid())
+        if info.name == "StiefelSGD":
+            with torch.no_grad():
+                for p in m.parameters():
+                    q = torch.linalg.qr(p if p.shape[0] >= p.shape[1] else p.t())[0]
+                    p.copy_(q if p.shape[0] >= p.shape[1] else q.t())
+        return m.to(dtype)
+    return torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Sigmoid(), torch.nn.Linear(3, 1),
+                               torch.nn.Sigmoid()).to(dtype)

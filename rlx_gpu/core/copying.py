@@ -26,6 +26,17 @@ def ctor_options(opt) -> dict:
     return kw
 
 
+def named_group(group: dict, count: int) -> dict:
+    """A new group's tensors or arrays by name: given as a list (torch's way), numbered after the ``count`` there
+    are (as torch numbers them)."""
+    group = dict(group)
+    items = group.get("params")
+    if items is not None and not isinstance(items, dict):
+        items = [items] if hasattr(items, "shape") else list(items)
+        group["params"] = dict(x if isinstance(x, tuple) else (str(count + i), x) for i, x in enumerate(items))
+    return group
+
+
 def rebuilt(cls, groups, kw: dict, sd: dict):
     """An optimizer of ``cls`` made from ``groups`` and ``kw``, with state dict ``sd`` loaded (what pickle calls)."""
     opt = cls(groups, **kw)
@@ -56,6 +67,23 @@ class Copyable:
         groups = [{"params": {n: params[n] for n in g["params"]}, **{k: v for k, v in g.items() if k in keys}}
                   for g in sd["param_groups"]]
         return groups, ctor_options(self), sd
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group (``{"params": {name: array}, <hyperparameters>}``, as the constructor's groups): the optimizer
+        is rebuilt with every group (on the same device), the other tensors' params and states carried over; a
+        group that is refused changes nothing. ``params``/``grads`` hold new DeviceTensors afterwards."""
+        with self.lock:
+            groups, kw, sd = self._copy_payload(None)
+            if self.on_device:
+                kw["device"] = self.device
+            fresh = type(self)(groups + [named_group(param_group, sum(len(g["params"]) for g in groups))], **kw)
+            new = fresh.param_groups[len(sd["param_groups"]):]
+            fresh._native_load_state_dict({"state": sd["state"],
+                                           "param_groups": sd["param_groups"] + [dict(g, params=list(g["params"]))
+                                                                                 for g in new]})
+            lock = self.lock
+            self.__dict__.clear()
+            self.__dict__.update(fresh.__dict__, lock=lock)
 
     def __deepcopy__(self, memo):
         groups, kw, sd = self._copy_payload(memo)

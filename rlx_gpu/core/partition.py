@@ -14,7 +14,7 @@ import threading
 import numpy as np
 
 from .checkpoint import restore_plan
-from .copying import Copyable
+from .copying import Copyable, named_group
 from .numerics import check_max_norm
 from .torchio import _torch
 from .torchparams import from_torch
@@ -212,7 +212,27 @@ class PartitionBase(Copyable):
                 p.set_lr_scale(scale)
                 p._torch_epilogue()
 
-    # -- copies ---------------------------------------------------------------------------------------------------
+    # -- groups and copies -----------------------------------------------------------------------------------------
+    def add_param_group(self, param_group: dict) -> None:
+        """A group routed to the parts by label (its keys go to each part its tensors reach): the Partition is
+        rebuilt with every group on the same device, params and states carried over (a refused group changes
+        nothing)."""
+        with self.lock:
+            groups, kw, _ = self._copy_payload(None)
+            param_group = named_group(param_group, sum(len(g["params"]) for g in groups))
+            flat = self._flat_state_dict()
+            fresh = type.__call__(type(self), groups + [param_group], device=self.device, **kw)
+            old = {g["params"][0]: g for g in flat["param_groups"] if g["params"]}
+            mine = [dict(old.get(g["params"][0], g), params=list(g["params"]))
+                    for g in fresh.__dict__.get("_engine_groups") or fresh.param_groups]  # (a torch one's: by name)
+            fresh._load_flat({"state": flat["state"], "param_groups": mine})
+            self._adopt(fresh)
+
+    def _adopt(self, fresh) -> None:
+        lock = self.lock
+        self.__dict__.clear()
+        self.__dict__.update(fresh.__dict__, lock=lock)
+
     def _copy_payload(self, memo):
         import copy
         with self.lock:

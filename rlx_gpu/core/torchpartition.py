@@ -74,5 +74,8 @@ class PartitionContract(TorchContract):
         the same device, the other tensors' params and states carried over."""
         if self.__dict__.get("_building"):
             return _torch().optim.Optimizer.add_param_group(self, param_group)
-        raise NotImplementedError("rlx_gpu.torch.Partition.add_param_group: build a new Partition with every group "
-                                  "(load this one's state_dict() into it)")
+        keep = {k: v for k, v in self.__dict__.items() if k.startswith("_optimizer_") or k == "_state_map"}
+        with self._engine_view():
+            self._rlx_base.add_param_group(self, param_group)
+        self.__dict__.update(keep)
+        self._touch()
