@@ -358,3 +358,30 @@ def test_add_param_group_numpy_built(twin, device):
         whole.step(g)
     x, y = grown.read_params(), whole.read_params()
     assert all(np.array_equal(x[n], y[n]) for n in ("a", "b")) and grown.param_groups[1]["lr"] == 0.01
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_torch_sgd_state_dicts_load_directly(momentum, device):
+    """torch.optim.SGD keeps no step count (and, without momentum, maybe a None buffer): its state dict loads as it
+    is (step 1 where a buffer exists, as from_torch_state_dict does) and the run continues as torch's (1e-5)."""
+    torch.manual_seed(10)
+    m = torch.nn.Linear(4, 3)
+    ref = copy.deepcopy(m)
+    topt, ropt = (torch.optim.SGD(mod.parameters(), lr=0.05, momentum=momentum) for mod in (m, ref))
+    x = torch.randn(8, 4)
+    for mod, o in ((m, topt), (ref, ropt)):
+        for _ in range(3):
+            mod(x).pow(2).mean().backward()
+            o.step()
+            o.zero_grad()
+    sd = topt.state_dict()
+    if momentum == 0:
+        sd["state"] = {i: {"momentum_buffer": None} for i in range(2)}  # (what older torch keeps)
+    opt = rlx_gpu.SGD(m.parameters(), lr=0.05, momentum=momentum, device=device)
+    opt.load_state_dict(sd)
+    for mod, o in ((m, opt), (ref, ropt)):
+        for _ in range(3):
+            mod(x).pow(2).mean().backward()
+            o.step()
+            o.zero_grad()
+    assert all(close(p, q, 1e-5) for p, q in zip(m.parameters(), ref.parameters()))

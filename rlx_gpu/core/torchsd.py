@@ -89,7 +89,9 @@ class TorchFormat:
         names, state, extra = self.__dict__["_name_of"], {}, {}
         for k, v in sd["state"].items():
             if k in id_map:
-                state[names[id(id_map[k])]] = state_from_torch(owner, v)
+                st = state[names[id(id_map[k])]] = state_from_torch(owner, v)
+                if isinstance(st, dict):
+                    st.setdefault("step", 1 if st else 0)  # (torch's SGD counts no steps)
             else:
                 extra[k] = v
         native = [dict({k: plain(v) for k, v in s.items() if not self._skip_key(k)}, params=list(eg["params"]))

@@ -49,6 +49,8 @@ def state_from_torch(owner: str, st) -> dict:
         return st
     out = {}
     for k, v in st.items():
+        if v is None:
+            continue  # (torch's SGD without momentum may keep momentum_buffer: None)
         if k == "step":
             out[k] = v.item() if is_tensor(v) and v.numel() == 1 else v
         else:
