@@ -72,8 +72,7 @@ def validate_group(owner: str, group: dict, defaults: dict) -> None:
                 ok = isinstance(b, Real) and not isinstance(b, bool)
                 if name == "eps":  # Adafactor's (eps1, eps2); eps1 None means the dtype's machine epsilon
                     if not ((b is None and i == 0) or (ok and _finite(b) and b >= 0.0)):
-                        raise ValueError(f"epsilon{i + 1} should be >= 0 but is: {b} (Invalid epsilon{i + 1} "
-                                         f"value: {b})")
+                        raise ValueError(f"epsilon{i + 1} should be >= 0 but is: {b}")  # (torch's Adafactor)
                 elif name == "nus":  # QHAdam's interpolation weights: [0, 1]
                     if not (ok and 0.0 <= b <= 1.0):
                         raise ValueError(f"Invalid nu parameter at index {i}: {b}")

@@ -55,7 +55,7 @@ class TorchAware(type):
             if check is not None:
                 check(rest, dict(kwargs))
             params, found = materialize(cls.__name__, params)
-            if found:
+            if found and getattr(cls, "spec", cls) is not None:  # (not the base class: it says what to use)
                 cls = flavour(cls)
             args = (params, *rest)
         return super().__call__(*args, **kwargs)
