@@ -218,7 +218,8 @@ def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tu
     if not isinstance(raw_state, dict):
         raise TypeError(f"{where}: 'state' must be a dict name -> dict, got {type(raw_state).__name__}")
     if any(isinstance(k, int) for k in raw_state) or any(
-            isinstance(g, dict) and any(isinstance(i, int) for i in g.get("params", ())) for g in pgs):
+            isinstance(g, dict) and isinstance(g.get("params"), (list, tuple)) and
+            any(isinstance(i, int) and not isinstance(i, bool) for i in g["params"]) for g in pgs):
         raise ValueError(f"{where}: this is torch.optim's format (state and params keyed by index); convert it "
                          "with rlx_gpu.from_torch_state_dict(sd, opt), or build the optimizer from torch tensors "
                          "(it then takes torch's format)")
