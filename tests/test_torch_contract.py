@@ -23,6 +23,15 @@ def close(a, b, rel):
     return float((a - b).abs().max()) <= rel * max(1.0, float(b.abs().max()))
 
 
+def train(runs, x, steps: int) -> None:
+    """``steps`` steps of each (module, optimizer) on the mean squared output."""
+    for mod, o in runs:
+        for _ in range(steps):
+            mod(x).pow(2).mean().backward()
+            o.step()
+            o.zero_grad()
+
+
 class Strided(torch.nn.Module):
     """A conv in channels_last, a transposed leaf and a slice of a larger tensor: all non-contiguous."""
 
@@ -280,18 +289,10 @@ def test_torch_optim_state_dicts_load_directly(device):
     ref = copy.deepcopy(m)
     topt, ropt = torch.optim.AdamW(m.parameters(), lr=1e-2), torch.optim.AdamW(ref.parameters(), lr=1e-2)
     x = torch.randn(8, 5)
-    for mod, o in ((m, topt), (ref, ropt)):
-        for _ in range(5):
-            mod(x).pow(2).mean().backward()
-            o.step()
-            o.zero_grad()
+    train(((m, topt), (ref, ropt)), x, 5)
     opt = rlx_gpu.AdamW(m.parameters(), lr=1e-2, device=device)
     opt.load_state_dict(topt.state_dict())
-    for mod, o in ((m, opt), (ref, ropt)):
-        for _ in range(5):
-            mod(x).pow(2).mean().backward()
-            o.step()
-            o.zero_grad()
+    train(((m, opt), (ref, ropt)), x, 5)
     assert all(close(p, q, 1e-5) for p, q in zip(m.parameters(), ref.parameters()))
     np_opt = rlx_gpu.AdamW({"w": np.ones((3, 5), np.float32), "b": np.ones(3, np.float32)}, device=device)
     with pytest.raises(ValueError, match="torch.optim's format .* rlx_gpu.from_torch_state_dict"):
@@ -369,19 +370,11 @@ def test_torch_sgd_state_dicts_load_directly(momentum, device):
     ref = copy.deepcopy(m)
     topt, ropt = (torch.optim.SGD(mod.parameters(), lr=0.05, momentum=momentum) for mod in (m, ref))
     x = torch.randn(8, 4)
-    for mod, o in ((m, topt), (ref, ropt)):
-        for _ in range(3):
-            mod(x).pow(2).mean().backward()
-            o.step()
-            o.zero_grad()
+    train(((m, topt), (ref, ropt)), x, 3)
     sd = topt.state_dict()
     if momentum == 0:
         sd["state"] = {i: {"momentum_buffer": None} for i in range(2)}  # (what older torch keeps)
     opt = rlx_gpu.SGD(m.parameters(), lr=0.05, momentum=momentum, device=device)
     opt.load_state_dict(sd)
-    for mod, o in ((m, opt), (ref, ropt)):
-        for _ in range(3):
-            mod(x).pow(2).mean().backward()
-            o.step()
-            o.zero_grad()
+    train(((m, opt), (ref, ropt)), x, 3)
     assert all(close(p, q, 1e-5) for p, q in zip(m.parameters(), ref.parameters()))

@@ -11,7 +11,7 @@ import functools
 
 import pytest
 
-from torch_db import (DIFFERS, IDS, INFOS, closure_of, co, entry, inputs, small_model, sparsify, torch,
+from torch_db import (DIFFERS, IDS, INFOS, closure_of, co, entry, inputs, lockstep, small_model, sparsify, torch,
                       weight_bias)
 
 pytestmark = pytest.mark.gpu
@@ -95,13 +95,7 @@ def test_tensor_lr(info, device):
         ref = info.optim_cls([w, b], **kw, device=device)
         kw["lr"] = torch.tensor(kw["lr"])
         opt = entry(info, plain=True)([wc, bc], **kw, device=device)
-        for _ in range(5):
-            closure_of(ref, info, w, b, x)()
-            closure_of(opt, info, wc, bc, x)()
-            ref.step()
-            opt.step()
-            torch.testing.assert_close(w, wc)
-            torch.testing.assert_close(b, bc)
+        lockstep(info, x, 5, (ref, w, b), (opt, wc, bc))
 
 
 def _rosenbrock(t):

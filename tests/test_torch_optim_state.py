@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from torch_db import IDS, INFOS, assert_equal, closure_of, entry, inputs, small_model, sparsify, torch
+from torch_db import IDS, INFOS, assert_equal, closure_of, entry, inputs, lockstep, small_model, sparsify, torch
 
 pytestmark = pytest.mark.gpu
 Parameter = torch.nn.Parameter
@@ -66,13 +66,7 @@ def test_state_dict_deterministic(info, named0, named1, device):
             wc, bc = Parameter(w.clone()), Parameter(b.clone())
         optc = entry(info, plain=True)(_named([wc, bc], named1), **kw, device=device)
         optc.load_state_dict(copy.deepcopy(opt.state_dict()))
-        for _ in range(10):
-            closure_of(opt, info, w, b, x)()
-            closure_of(optc, info, wc, bc, x)()
-            opt.step()
-            optc.step()
-            torch.testing.assert_close(w, wc)
-            torch.testing.assert_close(b, bc)
+        lockstep(info, x, 10, (opt, w, b), (optc, wc, bc))
         assert_equal(_strip_names(opt.state_dict()), _strip_names(optc.state_dict()))
         optc.param_groups.extend(optc.param_groups)
         assert _strip_names(opt.state_dict())["param_groups"][-1] == _strip_names(optc.state_dict())["param_groups"][-1]

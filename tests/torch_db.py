@@ -165,3 +165,15 @@ def small_model(info, dtype):
         return m.to(dtype)
     return torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Sigmoid(), torch.nn.Linear(3, 1),
                                torch.nn.Sigmoid()).to(dtype)
+
+
+def lockstep(info, x, steps: int, a: tuple, b: tuple) -> None:
+    """``steps`` steps of two (optimizer, weight, bias) runs on the same input, their params compared after each
+    with torch's assertEqual tolerances (torch.testing's float32 defaults)."""
+    for _ in range(steps):
+        for o, w, bias in (a, b):
+            closure_of(o, info, w, bias, x)()
+        for o, _, _ in (a, b):
+            o.step()
+        torch.testing.assert_close(a[1], b[1])
+        torch.testing.assert_close(a[2], b[2])
