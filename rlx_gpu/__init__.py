@@ -8,7 +8,8 @@ Layers, each importing only those below it: ``core`` (pure Python), ``runtime`` 
 WGSL sources, pipelines), ``engine`` (the Optimizer surface), ``optim`` (one declaration per optimizer), and the
 add-ons (:mod:`rlx_gpu.clip`, :mod:`rlx_gpu.amp`, :mod:`rlx_gpu.schedules`, :mod:`rlx_gpu.interop`,
 :mod:`rlx_gpu.torch`) and tools (``bench``, ``check``, ``info``). Every optimizer also takes PyTorch CPU tensors
-(``model.parameters()``) and then behaves as a torch optimizer (:mod:`rlx_gpu.core.torchio`).
+(``model.parameters()``) and then is a ``torch.optim.Optimizer`` (``rlx_gpu.torch.<Name>``,
+:mod:`rlx_gpu.core.torchcontract`).
 """
 from . import linalg, reference
 from .addons import schedules

@@ -2,6 +2,8 @@
 separately (the NumPy twins, with the global clip's factor computed on the host): params every step within 1e-6
 (the global norm is summed per part on the device, then combined); an inf in one part skips every part (params and
 state bit-identical); a GradScaler; one submission per step; state dicts and checkpoints; bad input."""
+import copy
+
 import numpy as np
 import pytest
 
@@ -173,3 +175,126 @@ def test_mars_vectors_through_partition(device):
         a, b = old.read_params(), new.read_params()
         for n in shapes:
             np.testing.assert_allclose(a[n], b[n], atol=1e-6, rtol=1e-6, err_msg=f"{s} {n}")
+
+
+@pytest.mark.parametrize("clip,skip", [(None, False), (0.5, True)])
+def test_twin_equals_the_gpu_partition(device, clip, skip):
+    """rlx_gpu.reference.Partition is the GPU class's spec: params and every state buffer within 1e-6 over 8 steps
+    (an inf step skipped by both), the global norm within 1e-5."""
+    gpu = rlx_gpu.Partition(params(), label, PARTS, device=device, clip_grad_norm=clip, skip_nonfinite=skip)
+    twin = rlx_gpu.reference.Partition(params(), label, PARTS, clip_grad_norm=clip, skip_nonfinite=skip)
+    for s in range(8):
+        if s == 3 and not skip:
+            continue
+        gpu.step(grads(s))
+        twin.step(grads(s))
+        assert gpu.last_step_skipped == twin.last_step_skipped == (s == 3)
+        if clip is not None and s != 3:
+            assert abs(gpu.last_grad_norm() - twin.last_grad_norm()) <= 1e-5 * twin.last_grad_norm()
+        a, b = gpu.read_params(), twin.read_params()
+        for k in SHAPES:
+            np.testing.assert_allclose(a[k], b[k], atol=1e-6, rtol=1e-6, err_msg=f"{s} {k}")
+    gs, ts = gpu.state_dict()["parts"], twin.state_dict()["parts"]
+    for part in gs:
+        for n, st in ts[part]["state"].items():
+            for k, v in st.items():
+                np.testing.assert_allclose(np.asarray(gs[part]["state"][n][k]), np.asarray(v), atol=1e-6, rtol=1e-6)
+    other = rlx_gpu.Partition(params(1), label, PARTS, device=device)
+    other.load_state_dict(twin.state_dict())  # (state dicts move between the twin and the GPU class)
+
+
+@pytest.mark.parametrize("twin", [False, True], ids=["gpu", "twin"])
+def test_load_and_restore_change_every_part_or_none(twin, device, tmp_path):
+    """Issue 21 item 7: a bad adamw part used to raise after the muon part was loaded (muon back at step 1,
+    adamw at step 2); now every part (every file) is checked before any changes."""
+    make = (lambda p: rlx_gpu.reference.Partition(p, label, PARTS)) if twin else \
+        (lambda p: rlx_gpu.Partition(p, label, PARTS, device=device))
+    part = make(params())
+    part.step(grads(0))
+    first = part.state_dict()
+    part.save(tmp_path / "ck")
+    part.step(grads(1))
+    before = (part.read_params(), part.state_dict())
+    bad = copy.deepcopy(first)
+    bad["parts"]["adamw"]["state"]["emb"]["exp_avg"] = np.zeros((3, 3), np.float32)
+    with pytest.raises(ValueError, match="exp_avg of 'emb' has shape"):
+        part.load_state_dict(bad)
+    np.save(tmp_path / "junk.npy", np.zeros(3))
+    (tmp_path / "ck.adamw.npz").write_bytes((tmp_path / "junk.npy").read_bytes())
+    with pytest.raises(ValueError, match="ck.adamw.npz"):
+        part.restore(tmp_path / "ck")
+    after = (part.read_params(), part.state_dict())
+    for k in SHAPES:
+        assert np.array_equal(before[0][k], after[0][k]), k
+    for lab in part.parts:
+        for n, st in before[1]["parts"][lab]["state"].items():
+            assert st["step"] == after[1]["parts"][lab]["state"][n]["step"] == 2, (lab, n)
+
+
+def test_takes_torch_params_and_is_a_torch_optimizer(device):
+    """model.named_parameters() (or parameters(), or groups of tensors) as every optimizer takes them; the result
+    is a torch.optim.Optimizer (rlx_gpu.torch.Partition) whose steps take the tensors' .grad, equal to the same
+    Partition over NumPy copies; torch's scheduler, torch-format state dicts, and its twin from the same tensors."""
+    torch = pytest.importorskip("torch", reason="torch tensors are what this test passes")
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    lab = lambda n, s: "muon" if len(s) == 2 else "adamw"  # noqa: E731
+    part = rlx_gpu.Partition(m.named_parameters(), lab, PARTS, device=device)
+    assert isinstance(part, torch.optim.Optimizer) and type(part) is rlx_gpu.torch.Partition
+    assert [len(g["params"]) for g in part.param_groups] == [2, 2]
+    plain = rlx_gpu.Partition({n: p.detach().numpy().copy() for n, p in m.named_parameters()}, lab, PARTS,
+                              device=device)
+    twin = rlx_gpu.reference.Partition(copy.deepcopy(m).named_parameters(), lab, PARTS)
+    sched = torch.optim.lr_scheduler.StepLR(part, 2, gamma=0.5)
+    x = torch.randn(32, 8)
+    for _ in range(4):
+        part.zero_grad()
+        m(x).pow(2).mean().backward()
+        g = {n: p.grad.numpy().copy() for n, p in m.named_parameters()}
+        part.step()
+        plain.step(g)
+        twin.step(g)
+        sched.step()
+        for gp, gq, gt in zip(plain.param_groups, part.param_groups, twin.param_groups):
+            gp["lr"] = gt["lr"] = float(gq["lr"])
+    want = plain.read_params()
+    for n, p in m.named_parameters():
+        np.testing.assert_array_equal(p.detach().numpy(), want[n])
+        np.testing.assert_allclose(twin.read_params()[n], want[n], atol=1e-6)
+    sd = part.state_dict()
+    assert set(sd["state"]) == {0, 1, 2, 3} and isinstance(sd["state"][0]["momentum_buffer"], torch.Tensor)
+    part.load_state_dict(sd)
+    part.load_state_dict(plain.state_dict())  # (rlx_gpu's {"parts": ...} too)
+
+
+@pytest.mark.parametrize("kind", ["gpu", "twin", "torch"])
+def test_add_param_group(kind, device):
+    """A group added mid-run is routed by label; the parts' states carry over: the run equals one made with every
+    group from the start whose new tensors had no grads until then (1e-6)."""
+    p = params()
+    first = {k: v for k, v in p.items() if k != "h.2"}
+    if kind == "torch":
+        torch = pytest.importorskip("torch", reason="torch tensors are what this case passes")
+        ts = {k: torch.nn.Parameter(torch.tensor(v)) for k, v in p.items()}
+        part = rlx_gpu.Partition({k: ts[k] for k in first}, label, PARTS, device=device)
+    else:
+        part = (rlx_gpu.reference.Partition(first, label, PARTS) if kind == "twin" else
+                rlx_gpu.Partition(first, label, PARTS, device=device))
+    whole = rlx_gpu.Partition([{"params": first}, {"params": {"h.2": p["h.2"]}, "lr": 0.05}], label, PARTS,
+                              device=device)
+    for s in range(4):
+        if s == 2:
+            new = {"h.2": ts["h.2"]} if kind == "torch" else {"h.2": p["h.2"]}
+            part.add_param_group({"params": new, "lr": 0.05})
+        g = {k: v for k, v in grads(s + 4).items() if s >= 2 or k != "h.2"}
+        if kind == "torch":
+            for k, t in ts.items():
+                t.grad = torch.tensor(g[k]) if k in g else None
+            part.step()
+        else:
+            part.step(g)
+        whole.step(g)
+    a, b = part.read_params(), whole.read_params()
+    for k in SHAPES:
+        np.testing.assert_allclose(a[k], b[k], atol=1e-6, rtol=1e-6, err_msg=k)
+    assert len(part.param_groups) == 3 and part.parts["muon"].param_groups[-1]["lr"] == 0.05

@@ -38,7 +38,8 @@ def test_twin_equals_geoopt(manifold, opts):
     geoopt = pytest.importorskip("geoopt", reason="geoopt is the oracle (CI installs it)")
     x0 = {k: v for k, v in points().items() if k != "d"}
     twin = Twin(x0, lr=0.05, manifold=manifold, **opts)
-    man = geoopt.EuclideanStiefel() if manifold == "euclidean" else geoopt.CanonicalStiefel()
+    man = geoopt.EuclideanStiefel() if manifold == "euclidean" else geoopt.Stiefel()  # (what a geoopt user writes)
+    assert isinstance(geoopt.Stiefel(), geoopt.CanonicalStiefel)  # (the docstrings' claim: canonical is geoopt's)
     tp = {n: geoopt.ManifoldParameter(torch.tensor(v), manifold=man) for n, v in x0.items()}
     go = geoopt.optim.RiemannianSGD(list(tp.values()), lr=0.05, **opts)
     tol = 5e-6 if manifold == "euclidean" else 1e-4

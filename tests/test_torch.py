@@ -63,9 +63,13 @@ def test_named_parameters_groups_and_missing_grads(twin, device):
     groups = [{"params": [p for n, p in m.named_parameters() if n.endswith("weight")], "lr": 0.1},
               {"params": [p for n, p in m.named_parameters() if n.endswith("bias")]}]
     opt = cls(groups, lr=0.05, momentum=0.9, **kw)
-    assert list(opt.param_groups[0]["params"]) == ["0", "1"] and list(opt.param_groups[1]["params"]) == ["2", "3"]
+    assert list(opt.params) == ["0", "1", "2", "3"]  # (torch's indices; the GPU class's groups hold the tensors)
+    if twin:
+        assert list(opt.param_groups[0]["params"]) == ["0", "1"] and list(opt.param_groups[1]["params"]) == ["2", "3"]
+    else:
+        assert [p for g in opt.param_groups for p in g["params"]] == [p for g in groups for p in g["params"]]
     named = cls(m.named_parameters(), lr=0.05, **kw)
-    assert list(named.param_groups[0]["params"]) == [n for n, _ in m.named_parameters()]
+    assert list(named.params) == [n for n, _ in m.named_parameters()]
     tgroups = [{"params": [p for n, p in ref.named_parameters() if n.endswith("weight")], "lr": 0.1},
                {"params": [p for n, p in ref.named_parameters() if n.endswith("bias")]}]
     topt = torch.optim.SGD(tgroups, lr=0.05, momentum=0.9)
@@ -158,7 +162,7 @@ def test_torch_scheduler_and_grad_scaler_on_rlx_gpu_torch_adamw(device):
     m, ref = model(), model()
     x, y = data()
     opt = rt.AdamW(m.parameters(), lr=1e-2, device=device)
-    assert isinstance(opt, torch.optim.Optimizer) and isinstance(opt.engine, rlx_gpu.AdamW)
+    assert isinstance(opt, torch.optim.Optimizer) and isinstance(opt, rlx_gpu.AdamW)
     topt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     runs = [(m, opt), (ref, topt)]
     tools = [(torch.optim.lr_scheduler.OneCycleLR(o, max_lr=2e-2, total_steps=60),
@@ -185,31 +189,37 @@ def test_bad_torch_params_are_clear_errors(device):
     m = model()
     with pytest.raises(TypeError, match="'0' has dtype torch.float64"):
         rlx_gpu.AdamW([torch.zeros(3, dtype=torch.float64)], device=device)
-    with pytest.raises(TypeError, match="'w' is not contiguous"):
-        rlx_gpu.AdamW({"w": torch.zeros(4, 4).t()}, device=device)
-    with pytest.raises(TypeError, match="not a torch tensor among torch tensors"):
+    with pytest.raises(TypeError, match="optimizer can only optimize Tensors, but one of the params is numpy"):
         rlx_gpu.AdamW({"a": torch.zeros(3), "b": np.zeros(3, np.float32)}, device=device)
+    with pytest.raises(TypeError, match="params is a torch.nn.Module \\(Sequential\\); pass model.parameters\\(\\)"):
+        rlx_gpu.AdamW(m, device=device)
     opt = rlx_gpu.AdamW(m.parameters(), device=device)
     for p in m.parameters():
         p.grad = torch.ones_like(p)
-    m[0].weight.grad = torch.zeros(6, 16).t()
+    m[0].weight.grad = torch.ones(16, 6).to_sparse()
     before = [p.detach().clone() for p in m.parameters()]
-    with pytest.raises(TypeError, match="grad of '0' is not contiguous"):
+    with pytest.raises(RuntimeError, match="AdamW does not support sparse gradients"):  # (torch's type)
         opt.step()
     assert all(torch.equal(p, q) for p, q in zip(m.parameters(), before))  # checked before any change
 
 
 def test_single_tensors_and_duplicates(device):
     w = torch.nn.Parameter(torch.ones(3, 2))
-    with pytest.raises(TypeError, match="not a tensor; pass \\[tensor\\]"):
+    with pytest.raises(TypeError, match="params argument given to the optimizer should be an iterable of Tensors or "
+                                        "dicts, but got torch.nn.parameter.Parameter; pass \\[tensor\\]"):
         rlx_gpu.SGD(w, device=device)  # as torch: params must be an iterable
     opt = rlx_gpu.SGD([{"params": w}], lr=0.5, device=device)  # torch takes {"params": tensor} as one param
     assert list(opt.params) == ["0"] and opt.params["0"].shape == (3, 2)
     w.grad = torch.ones_like(w)
     opt.step()
     assert torch.equal(w, torch.full((3, 2), 0.5))
-    with pytest.raises(ValueError, match="passed twice"):
-        rlx_gpu.SGD({"a": w, "b": w}, device=device)
+    for cls in (rlx_gpu.SGD, rlx_gpu.reference.SGD):  # torch's rule: a warning within a group (stepped once) ...
+        kw = {} if cls is rlx_gpu.reference.SGD else {"device": device}
+        with pytest.warns(UserWarning, match="a parameter group with duplicate parameters"):
+            twice = cls([w, w], lr=0.5, **kw)
+        assert list(twice.params) == ["0"]
+        with pytest.raises(ValueError, match="some parameters appear in more than one parameter group"):
+            cls([{"params": [w]}, {"params": [w]}], **kw)  # ... a ValueError across groups
 
 
 @pytest.mark.parametrize("twin", [False, True], ids=["gpu", "twin"])
@@ -273,12 +283,28 @@ def test_nadamw_keeps_decoupled_weight_decay_across_the_conversion(device):
         rlx_gpu.from_torch_state_dict(coupled.state_dict(), opt)
 
 
-def test_rlx_gpu_torch_tensor_hyperparameters_and_fixed_groups(device):
-    import rlx_gpu.torch as rt
-    opt = rt.AdamW(model().parameters(), lr=torch.tensor(0.01), betas=[torch.tensor(0.8), 0.99], device=device)
-    assert opt.engine.param_groups[0]["betas"] == (np.float32(0.8), 0.99)
-    opt.param_groups[0]["betas"] = [torch.tensor(0.85), 0.99]  # what a scheduler may write
+def test_tensor_hyperparameters(device):
+    """A tensor lr (and betas) as torch takes them: in the constructor, in param groups (what a scheduler writes:
+    the tensor, updated in place) and in loaded state dicts; the engine sees their float values."""
+    from rlx_gpu.core.torchcontract import native_groups
+    with pytest.raises(ValueError, match="betas must be either both floats or both Tensors"):
+        rlx_gpu.AdamW(model().parameters(), betas=(torch.tensor(0.8), 0.99), device=device)
+    lr = torch.tensor(0.01)
+    opt = rlx_gpu.AdamW(model().parameters(), lr=lr, betas=(torch.tensor(0.8), torch.tensor(0.99)), device=device)
+    assert opt.param_groups[0]["lr"] is lr
     opt.step()
-    assert opt.engine.param_groups[0]["betas"] == (np.float32(0.85), 0.99)
-    with pytest.raises(NotImplementedError, match="groups are fixed"):
-        opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(2))]})
+    assert native_groups(opt)[0]["lr"] == float(lr) and native_groups(opt)[0]["betas"] == (np.float32(0.8),
+                                                                                               np.float32(0.99))
+    lr.fill_(0.5)  # (a torch scheduler fills the tensor)
+    opt.step()
+    assert native_groups(opt)[0]["lr"] == 0.5
+    sd = opt.state_dict()
+    assert sd["param_groups"][0]["lr"] is lr
+    sd["param_groups"][0]["lr"] = torch.tensor(0.25)
+    opt.load_state_dict(sd)
+    opt.step()
+    assert native_groups(opt)[0]["lr"] == 0.25 and float(opt.param_groups[0]["lr"]) == 0.25
+    plain = rlx_gpu.AdamW({"w": np.ones(3, np.float32)}, lr=torch.tensor(0.125), device=device)  # (NumPy-built)
+    plain.param_groups[0]["lr"] = torch.tensor(0.5)
+    plain.step({"w": np.ones(3, np.float32)})
+    assert plain.param_groups[0]["lr"] == 0.5

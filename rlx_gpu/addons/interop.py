@@ -1,8 +1,8 @@
 """State dicts between rlx_gpu and torch.optim, so that a run can switch optimizers mid-training and continue.
 
 rlx_gpu keys state by tensor name and lists names in ``param_groups[i]["params"]``; torch keys both by the
-parameter's index (counted across groups in order). Values: NumPy arrays <-> torch tensors (bfloat16 both ways),
-``step`` an int <-> a float32 0-d tensor (torch's). Hyperparameters pass through; torch's implementation switches
+parameter's index (counted across groups in order). Values: NumPy arrays <-> torch tensors of the same dtype and
+bits (bfloat16 both ways, uint8 codes stay uint8), ``step`` an int <-> a float32 0-d tensor (torch's). Hyperparameters pass through; torch's implementation switches
 (``foreach``, ``fused``, ``capturable``, ``differentiable``, ``param_names``) are dropped on the way in and, with
 ``like=``, taken from a torch optimizer on the way out (otherwise torch fills its defaults when it loads).
 
@@ -17,9 +17,8 @@ torch is imported only by :func:`to_torch_state_dict` (which makes torch tensors
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ..core.torchio import is_tensor, numpy_view
+from ..core.torchcontract import native_groups
+from ..core.torchstate import state_from_torch, state_to_torch
 
 TORCH_ONLY = ("foreach", "fused", "capturable", "differentiable", "param_names")
 
@@ -39,22 +38,12 @@ def to_torch_state_dict(sd, like=None) -> dict:
     by index. ``like``: a torch optimizer whose groups supply torch's own keys (``foreach``, ...) that rlx_gpu's
     groups do not hold. Given the optimizer, the keys torch's class needs (NAdamW's ``decoupled_weight_decay``)
     are written too."""
-    import torch
+    import torch  # noqa: F401  (the tensors made here)
     fixed = {}
     if not isinstance(sd, dict):
-        fixed, sd = _torch_keys(sd), sd.state_dict(dequantize=True)  # (torch's states: float32 moments)
+        fixed, sd = _torch_keys(sd), sd._native_state_dict(dequantize=True)  # (torch's states: float32 moments)
     index = {n: i for i, n in enumerate(_names_of(sd))}
-
-    def tensor(v):
-        a = np.asarray(v)
-        if a.dtype.name == "bfloat16":
-            return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
-        return torch.from_numpy(a.copy())
-
-    state = {}
-    for n, st in sd["state"].items():
-        state[index[n]] = {k: (torch.tensor(float(v), dtype=torch.float32) if k == "step" else tensor(v))
-                           for k, v in st.items()}
+    state = {index[n]: state_to_torch(st) for n, st in sd["state"].items()}
     groups = []
     for gi, g in enumerate(sd["param_groups"]):
         out = {k: v for k, v in g.items() if k != "params"}
@@ -81,23 +70,18 @@ def from_torch_state_dict(sd: dict, names) -> dict:
                 if k in g and g[k] != want:
                     raise ValueError(f"from_torch_state_dict: the torch state has {k}={g[k]!r}, but "
                                      f"{type(names).__name__} is torch's optimizer with {k}={want!r}")
-        names = [n for g in names.param_groups for n in g["params"]]
+        names = [n for g in native_groups(names) for n in g["params"]]
     order = [i for g in sd["param_groups"] for i in g["params"]]
     if len(order) != len(names):
         raise ValueError(f"from_torch_state_dict: the state dict has {len(order)} parameters, {len(names)} names "
                          "were given")
     name = dict(zip(order, names))
 
-    def array(k, v):
-        if is_tensor(v):
-            v = v.detach().cpu()
-            return int(v.item()) if k == "step" else numpy_view("from_torch_state_dict", k, v.contiguous(),
-                                                                "state").copy()
-        return int(v) if k == "step" else np.array(v)
-
     state = {}
     for i, st in sd["state"].items():
-        state[name[i]] = {k: array(k, v) for k, v in st.items()}
+        if i not in name:
+            continue  # (what a hook keeps in torch's state under a key of its own)
+        state[name[i]] = state_from_torch("from_torch_state_dict", st)
         state[name[i]].setdefault("step", 1 if st else 0)  # (torch's SGD counts no steps)
     groups = []
     for g in sd["param_groups"]:

@@ -15,86 +15,45 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.partition import MAX_PARTS, PartitionBase
+from ..core.torchcontract import TorchAware
+from ..core.torchpartition import PartitionContract
 from ..engine import Optimizer
 from ..runtime.kernels import shipped_kernel
 
 __all__ = ["Partition"]
 
-MAX_PARTS = 4
 
-
-class Partition:
-    """Sub-optimizers over the tensors ``label(name, shape)`` assigns them. ``optimizers``: label -> (GPU optimizer
-    class, its keyword arguments) (not ``clip_grad_norm``/``skip_nonfinite``/``device``: those are this object's).
-    ``params``: dict name -> array (every part on one device: ``device``)."""
+class Partition(PartitionBase, metaclass=TorchAware):
+    """Sub-optimizers over the tensors ``label(name, shape)`` assigns them, stepped in one submission.
+    ``optimizers``: label -> (GPU optimizer class, its keyword arguments) (not ``clip_grad_norm``/``skip_nonfinite``/
+    ``device``: those are this object's). ``params``: what every optimizer takes (a dict name -> array, torch's
+    ``model.parameters()``/``named_parameters()``, param groups); every part on one device (``device``). Built
+    from torch tensors it is a ``torch.optim.Optimizer`` (``rlx_gpu.torch.Partition``). Routing, groups, state
+    dicts and checkpoints: :mod:`rlx_gpu.core.partition`; the twin: ``rlx_gpu.reference.Partition``."""
 
     steps_on_device = True  # (rlx_gpu.GradScaler keeps its state on the device for it, as for an Optimizer)
+    torch_contract = PartitionContract
 
-    def __init__(self, params: dict, label, optimizers: dict, *, device=None, clip_grad_norm=None,
+    def _part_class(self, key, cls):
+        if not (isinstance(cls, type) and issubclass(cls, Optimizer)):
+            raise TypeError(f"Partition: optimizers[{key!r}] must be (a GPU optimizer class, kwargs)")
+        return cls
+
+    def _make_part(self, cls, groups, kw):
+        # (type.__call__: a part built from torch tensors stays a plain optimizer; this object is the torch one)
+        return type.__call__(cls, groups, clip_grad_norm=self.clip_grad_norm, skip_nonfinite=self.skip_nonfinite,
+                             **kw)
+
+    def __init__(self, params, label, optimizers: dict, *, device=None, clip_grad_norm=None,
                  skip_nonfinite=False):
-        if not callable(label):
-            raise TypeError("Partition: label must be a callable (name, shape) -> a key of optimizers")
-        if not optimizers or len(optimizers) > MAX_PARTS:
-            raise ValueError(f"Partition: 1 to {MAX_PARTS} sub-optimizers, got {len(optimizers)}")
-        routed: dict = {k: {} for k in optimizers}
-        for n, a in params.items():
-            if not isinstance(a, np.ndarray):
-                raise TypeError(f"Partition: {n!r} must be a NumPy array (torch tensors: build the parts' optimizers "
-                                f"from arrays and copy .grad in), got {type(a).__name__}")
-            k = label(n, tuple(np.shape(a)))
-            if k not in optimizers:
-                raise ValueError(f"Partition: label gave {k!r} for {n!r}; expected one of {sorted(optimizers)}")
-            routed[k][n] = a
-        self.parts: dict = {}
-        dev = device
-        for k, spec in optimizers.items():
-            cls, kw = spec if isinstance(spec, tuple) else (spec, {})
-            if not (isinstance(cls, type) and issubclass(cls, Optimizer)):
-                raise TypeError(f"Partition: optimizers[{k!r}] must be (a GPU optimizer class, kwargs)")
-            clash = {"clip_grad_norm", "skip_nonfinite", "device"} & set(kw)
-            if clash:
-                raise ValueError(f"Partition: optimizers[{k!r}] sets {sorted(clash)}; give them to Partition")
-            if not routed[k]:
-                continue  # (a label nothing was routed to)
-            self.parts[k] = cls(routed[k], device=dev, clip_grad_norm=clip_grad_norm, skip_nonfinite=skip_nonfinite,
-                                **kw)
-            dev = self.parts[k].device
-        if not self.parts:
-            raise ValueError("Partition: no params")
-        self.device = dev
-        self.clip_grad_norm, self.skip_nonfinite = clip_grad_norm, skip_nonfinite
-        self._part_of = {n: k for k, p in self.parts.items() for n in p.params}
+        super().__init__(params, label, optimizers, device=device, clip_grad_norm=clip_grad_norm,
+                         skip_nonfinite=skip_nonfinite)
+        dev = self.device
         self._combine = shipped_kernel(dev, "partition.wgsl", "combine")
         self._dummies = [dev.buffer(16, "Partition.no-part") for _ in range(MAX_PARTS)]
         self._prm = None
         self._last_skipped = False
-
-    # -- what a user reads -----------------------------------------------------------------------------------------
-    @property
-    def params(self) -> dict:
-        return {n: t for p in self.parts.values() for n, t in p.params.items()}
-
-    @property
-    def grads(self) -> dict:
-        return {n: t for p in self.parts.values() for n, t in p.grads.items()}
-
-    @property
-    def param_groups(self) -> list:
-        """Every part's groups (the same dicts: a schedule or a write changes that part's group)."""
-        return [g for p in self.parts.values() for g in p.param_groups]
-
-    def read_params(self) -> dict:
-        return {n: a for p in self.parts.values() for n, a in p.read_params().items()}
-
-    def set_lr(self, lr: float) -> None:
-        for p in self.parts.values():
-            p.set_lr(lr)
-
-    def set_lr_scale(self, lr_scale: dict) -> None:
-        """Replace the per-tensor lr factors (dict name -> factor; missing names 1), routed to the parts."""
-        routed = self._route(lr_scale, "lr_scale")
-        for k, p in self.parts.items():
-            p.set_lr_scale(routed.get(k, {}))
 
     @property
     def last_step_skipped(self) -> bool:
@@ -111,19 +70,27 @@ class Partition:
         return out
 
     # -- the step --------------------------------------------------------------------------------------------------
-    def _route(self, grads: dict, what: str = "grads") -> dict:
-        unknown = [n for n in grads if n not in self._part_of]
-        if unknown:
-            raise KeyError(f"Partition: {what} for unknown tensor(s) {unknown}")
-        out: dict = {}
-        for n, g in grads.items():
-            out.setdefault(self._part_of[n], {})[n] = g
-        return out
-
-    def step(self, grads: dict | None = None, *, loss_scale=None) -> None:
+    def step(self, grads: dict | None = None, *, loss_scale=None, closure=None):
         """One step of every part with a grad (``grads``: dict name -> array or DeviceTensor; None: every part from
-        its device slots), in one submission."""
+        its device slots, or built from torch tensors their ``.grad``), in one submission; ``closure`` (or a
+        callable as ``grads``): called first, its loss returned."""
+        if callable(grads) and closure is None:
+            closure, grads = grads, None
+        loss = None
+        if closure is not None:
+            loss = self._call_closure(closure)
+        if self._torch and grads is None:
+            grads = {}
+            for p in self.parts.values():
+                grads.update(p._torch_prologue(None, None)[1])
         routed = {k: None for k in self.parts} if grads is None else self._route(grads)
+        if routed:
+            self._step_parts(routed, loss_scale)
+        for k in routed:
+            self.parts[k]._torch_epilogue()
+        return loss
+
+    def _step_parts(self, routed: dict, loss_scale) -> None:
         check = self.skip_nonfinite or loss_scale is not None
         subs = []
         for k, g in routed.items():  # (everything checked before anything is recorded)
@@ -169,26 +136,3 @@ class Partition:
                                              "prm": self._prm[0]})
             self._bind_key = key
         self._combine.dispatch(enc, self._bind, 1)
-
-    # -- state -----------------------------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """``{"parts": {label: that part's state_dict()}}``."""
-        return {"parts": {k: p.state_dict() for k, p in self.parts.items()}}
-
-    def load_state_dict(self, sd: dict) -> None:
-        parts = sd.get("parts") if isinstance(sd, dict) else None
-        if not isinstance(parts, dict) or set(parts) != set(self.parts):
-            raise ValueError(f"Partition.load_state_dict: expected {{'parts': {{...}}}} with {sorted(self.parts)}")
-        for k, p in self.parts.items():
-            p.load_state_dict(parts[k])
-
-    def save(self, path) -> None:
-        """One checkpoint per part: ``<path>.<label>.npz``."""
-        import os
-        for k, p in self.parts.items():
-            p.save(f"{os.fspath(path)}.{k}.npz")
-
-    def restore(self, path) -> None:
-        import os
-        for k, p in self.parts.items():
-            p.restore(f"{os.fspath(path)}.{k}.npz")

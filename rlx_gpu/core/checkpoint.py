@@ -45,7 +45,7 @@ def _jsonable(v):
 def save(opt, path) -> None:
     """Write ``opt``'s params, state, steps, hyperparameters and options to ``path`` atomically."""
     with opt.lock:  # params and state of the same step
-        sd = opt.state_dict()
+        sd = opt._native_state_dict()  # (rlx_gpu's format, also for a torch-built optimizer)
         params = opt.read_params()
     names = list(params)
     index = {n: i for i, n in enumerate(names)}
@@ -110,25 +110,36 @@ def load(cls, path, device=None):
     return opt
 
 
-def restore(opt, path, cast: bool = False) -> None:
-    """Load a checkpoint into an existing optimizer (params, state, steps, hyperparameters, lr_scale); everything
-    is checked before anything changes. A checkpoint of other dtypes is refused unless ``cast``."""
+def restore_plan(opt, path) -> tuple:
+    """(state dict, params, lr_scale) of checkpoint ``path`` for ``opt``: the file read and checked against the
+    optimizer's class, tensors and shapes; nothing changed (``restore`` loads them; ``Partition`` plans every part
+    before it loads any)."""
     path = os.fspath(path)
     cls = peek(path).get("class")
     if cls != type(opt).__name__:
         raise ValueError(f"{path}: checkpoint of {word(cls)}, this optimizer is {type(opt).__name__}")
     meta, params, sd = read(path, opt.state_shape_of)
+    mine = {n: tuple(np.shape(p)) for n, p in opt.read_params().items()}
+    if list(mine) != meta["names"] or list(mine.values()) != [tuple(s) for s in meta["shapes"]]:
+        raise ValueError(f"{path}: checkpoint tensors {meta['names']} do not match this optimizer's "
+                         f"{list(mine)} (or their shapes differ)")
+    scale = dict(zip(meta["names"], meta["lr_scale"]))
+    try:
+        resolve_lr_scale(type(opt).__name__, scale, meta["names"])
+    except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"{path}: {e}") from e
+    return sd, params, scale
+
+
+def restore(opt, path, cast: bool = False) -> None:
+    """Load a checkpoint into an existing optimizer (params, state, steps, hyperparameters, lr_scale); everything
+    is checked before anything changes. A checkpoint of other dtypes is refused unless ``cast``."""
     with opt.lock:
-        mine = {n: tuple(np.shape(p)) for n, p in opt.read_params().items()}
-        if list(mine) != meta["names"] or list(mine.values()) != [tuple(s) for s in meta["shapes"]]:
-            raise ValueError(f"{path}: checkpoint tensors {meta['names']} do not match this optimizer's "
-                             f"{list(mine)} (or their shapes differ)")
-        scale = dict(zip(meta["names"], meta["lr_scale"]))
+        sd, params, scale = restore_plan(opt, path)
         try:
-            resolve_lr_scale(type(opt).__name__, scale, meta["names"])
-            opt.load_state_dict(sd, cast=cast, params=params)  # validates everything before changing anything
+            opt._native_load_state_dict(sd, cast=cast, params=params)  # validates everything before changing anything
         except (ValueError, TypeError, KeyError) as e:
-            raise ValueError(f"{path}: {e}") from e
+            raise ValueError(f"{os.fspath(path)}: {e}") from e
         opt.set_lr_scale(scale)
         opt._torch_epilogue()  # (built from torch tensors: they hold the restored values; else nothing)
 

@@ -72,7 +72,7 @@ def validate_group(owner: str, group: dict, defaults: dict) -> None:
                 ok = isinstance(b, Real) and not isinstance(b, bool)
                 if name == "eps":  # Adafactor's (eps1, eps2); eps1 None means the dtype's machine epsilon
                     if not ((b is None and i == 0) or (ok and _finite(b) and b >= 0.0)):
-                        raise ValueError(f"Invalid epsilon{i + 1} value: {b}")
+                        raise ValueError(f"epsilon{i + 1} should be >= 0 but is: {b}")  # (torch's Adafactor)
                 elif name == "nus":  # QHAdam's interpolation weights: [0, 1]
                     if not (ok and 0.0 <= b <= 1.0):
                         raise ValueError(f"Invalid nu parameter at index {i}: {b}")
@@ -217,6 +217,12 @@ def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tu
         raise TypeError(f"{where}: 'param_groups' must be a list of dicts, got {type(pgs).__name__}")
     if not isinstance(raw_state, dict):
         raise TypeError(f"{where}: 'state' must be a dict name -> dict, got {type(raw_state).__name__}")
+    if any(isinstance(k, int) for k in raw_state) or any(
+            isinstance(g, dict) and isinstance(g.get("params"), (list, tuple)) and
+            any(isinstance(i, int) and not isinstance(i, bool) for i in g["params"]) for g in pgs):
+        raise ValueError(f"{where}: this is torch.optim's format (state and params keyed by index); convert it "
+                         "with rlx_gpu.from_torch_state_dict(sd, opt), or build the optimizer from torch tensors "
+                         "(it then takes torch's format)")
     if len(pgs) != len(groups):
         raise ValueError(f"{where}: state dict has {len(pgs)} param groups, optimizer has {len(groups)}")
     hypers = []

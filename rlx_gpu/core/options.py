@@ -16,6 +16,7 @@ from numbers import Integral
 
 from .lowp import DTYPES, dtype_of
 from .numerics import check_max_norm
+from .torchio import plain_hyper
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class Option:
     default: object
     doc: str
     gpu_only: bool = False
+    torch_only: bool = False  # torch.optim's implementation switches: accepted, checked, not kept by the engine
 
 
 OPTIONS = (
@@ -51,7 +53,17 @@ OPTIONS = (
            "``opt.qat[name]`` holds each copy.", gpu_only=True),
     Option("device", None, "adapter selector (see ``rlx_gpu.get_device``): a backend, 'cpu', 'gpu' or part of an "
            "adapter's name; default ``RLX_GPU_ADAPTER`` or the best adapter.", gpu_only=True),
+    Option("foreach", None, "torch.optim's switch, accepted for pasted code: every step is one fused dispatch per "
+           "chunk whatever it says (torch-built optimizers keep it in their groups).", torch_only=True),
+    Option("fused", None, "torch.optim's switch, accepted: the step is always fused here; fused=True with "
+           "foreach=True is torch's RuntimeError.", torch_only=True),
+    Option("capturable", False, "torch.optim's switch, accepted: steps never wait for the host, captured or not.",
+           torch_only=True),
+    Option("differentiable", False, "torch.optim's switch: only False (the step runs on rlx_gpu's device, outside "
+           "autograd); True is torch's RuntimeError for a fused optimizer.", torch_only=True),
 )
+#: The names of torch.optim's implementation switches (kept in a torch-built optimizer's groups, as torch keeps them).
+TORCH_SWITCHES = tuple(o.name for o in OPTIONS if o.torch_only)
 BY_NAME = {o.name: o for o in OPTIONS}
 
 
@@ -59,32 +71,43 @@ def names(gpu: bool) -> tuple:
     return tuple(o.name for o in OPTIONS if gpu or not o.gpu_only)
 
 
-def signature(defaults: dict, gpu: bool) -> inspect.Signature:
+def signature(defaults: dict, gpu: bool, overrides: dict | None = None) -> inspect.Signature:
     """``(params, <hyperparameters with defaults>, *, <options>)``: the class's signature, as help() and IDEs show."""
     P = inspect.Parameter
     ps = [P("params", P.POSITIONAL_OR_KEYWORD)]
     ps += [P(k, P.POSITIONAL_OR_KEYWORD, default=v) for k, v in defaults.items()]
-    ps += [P(o.name, P.KEYWORD_ONLY, default=o.default) for o in OPTIONS if gpu or not o.gpu_only]
+    ps += [P(o.name, P.KEYWORD_ONLY, default=(overrides or {}).get(o.name, o.default)) for o in OPTIONS
+           if gpu or not o.gpu_only]
     return inspect.Signature(ps)
 
 
-def doc(gpu: bool) -> str:
+def doc(gpu: bool, overrides: dict | None = None) -> str:
     lines = ["", "Options (every optimizer):"]
     for o in OPTIONS:
         if gpu or not o.gpu_only:
-            lines.append(f"    {o.name} (default {o.default!r}): {o.doc}")
+            lines.append(f"    {o.name} (default {(overrides or {}).get(o.name, o.default)!r}): {o.doc}")
     return "\n".join(lines)
 
 
-def split(owner: str, defaults: dict, args: tuple, kwargs: dict, gpu: bool) -> tuple[dict, dict]:
-    """(hyperparameters, options) from a constructor's arguments after ``params``, as Python binds them."""
+def split(owner: str, defaults: dict, args: tuple, kwargs: dict, gpu: bool,
+          overrides: dict | None = None, fixed: dict | None = None) -> tuple[dict, dict]:
+    """(hyperparameters, options) from a constructor's arguments after ``params``, as Python binds them: the
+    hyperparameters plain (a 1-element tensor as its float, :func:`rlx_gpu.core.torchio.plain_hyper`), the options
+    checked (torch's switches checked and dropped). ``overrides``: the class's own option defaults (LAMB's
+    ``clip_grad_norm``); ``fixed``: torch's keys this class has one value of (NAdamW's
+    ``decoupled_weight_decay=True``), accepted with that value."""
     keys = list(defaults)
     if len(args) > len(keys):
         raise TypeError(f"{owner}() takes at most {len(keys) + 1} positional arguments ({len(args) + 1} given)")
     hyper = dict(zip(keys, args))
     opts = {o: BY_NAME[o].default for o in names(gpu)}
+    opts.update(overrides or {})
     for k, v in kwargs.items():
-        if k in defaults:
+        if k in (fixed or {}):
+            if v != fixed[k]:
+                raise ValueError(f"{owner}: {k}={v!r} is not supported; {owner} is torch's optimizer with "
+                                 f"{k}={fixed[k]!r}")
+        elif k in defaults:
             if k in hyper:
                 raise TypeError(f"{owner}() got multiple values for argument {k!r}")
             hyper[k] = v
@@ -93,7 +116,23 @@ def split(owner: str, defaults: dict, args: tuple, kwargs: dict, gpu: bool) -> t
         else:
             raise TypeError(f"{owner}() got an unexpected keyword argument {k!r}")
     check(owner, opts)
-    return hyper, opts
+    check_switches(owner, {k: opts.pop(k) for k in TORCH_SWITCHES})
+    return plain_hyper(owner, hyper), opts
+
+
+def check_switches(owner: str, switches: dict) -> None:
+    """torch's implementation switches: their types, and what torch refuses (messages as torch's)."""
+    for k in ("foreach", "fused"):
+        if switches.get(k) is not None and not isinstance(switches[k], bool):
+            raise TypeError(f"{owner}: {k} must be None, True or False, got {switches[k]!r}")
+    for k in ("capturable", "differentiable"):
+        if not isinstance(switches.get(k, False), bool):
+            raise TypeError(f"{owner}: {k} must be True or False, got {switches[k]!r}")
+    if switches.get("fused") and switches.get("foreach"):
+        raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+    if switches.get("differentiable"):
+        raise RuntimeError(f"{owner}: `fused` does not support `differentiable` (torch's message: rlx_gpu's step is "
+                           "always fused, on its own device, outside autograd); pass differentiable=False")
 
 
 def check(owner: str, opts: dict) -> None:

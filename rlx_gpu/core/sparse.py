@@ -13,19 +13,25 @@ class RowSparse:
     """A gradient that is zero except in some rows of the tensor's first dimension.
 
     ``indices``: int64 (or any integer) array of ``n`` row numbers; ``values``: float32 array of shape ``(n,
-    *row_shape)``. Rows may repeat: duplicates are summed (torch's ``coalesce``). ``RowSparse.from_torch(t)`` takes a
-    torch sparse COO tensor with one sparse dimension (``nn.Embedding(sparse=True)``'s grad)."""
+    *row_shape)``. Rows may repeat: duplicates are summed (torch's ``coalesce``). ``sparse_dims`` (default 1): a
+    row is an index into the tensor's first ``sparse_dims`` dimensions, flattened in C order (``row_shape`` is then
+    the shape after them). ``RowSparse.from_torch(t)`` takes a torch sparse COO tensor with any number of sparse
+    dimensions (``nn.Embedding(sparse=True)``'s grad: one; ``dense.to_sparse()``: all of them)."""
 
-    __slots__ = ("indices", "values")
+    __slots__ = ("indices", "values", "sparse_dims")
 
-    def __init__(self, indices, values):
-        self.indices, self.values = indices, values
+    def __init__(self, indices, values, sparse_dims: int = 1):
+        self.indices, self.values, self.sparse_dims = indices, values, sparse_dims
 
     @classmethod
     def from_torch(cls, t) -> "RowSparse":
-        if not getattr(t, "is_sparse", False) or t.sparse_dim() != 1:
-            raise TypeError("RowSparse.from_torch: expected a torch sparse COO tensor with one sparse dimension")
-        return cls(t._indices()[0].cpu().numpy(), t._values().detach().cpu().numpy())
+        if not getattr(t, "is_sparse", False) or t.sparse_dim() < 1:
+            raise TypeError("RowSparse.from_torch: expected a torch sparse COO tensor")
+        if t.device.type == "meta":
+            raise TypeError("RowSparse.from_torch: the tensor is on the meta device (it has no values)")
+        k, idx = t.sparse_dim(), t._indices().cpu().numpy()
+        rows = np.ravel_multi_index(tuple(idx), tuple(t.shape[:k])) if idx.size else np.zeros(0, np.int64)
+        return cls(np.asarray(rows, np.int64), t._values().detach().cpu().numpy(), sparse_dims=k)
 
     def __repr__(self):
         return f"RowSparse({np.shape(self.indices)[0] if np.ndim(self.indices) else '?'} rows)"
@@ -43,23 +49,26 @@ def check_sparse(owner: str, name: str, g: RowSparse, shape: tuple) -> tuple[np.
     """(row indices as int64, values as float32 (n, row length)) of a RowSparse grad for a tensor of ``shape``;
     TypeError / ValueError naming the tensor otherwise."""
     where = f"{owner}.step: sparse grad for {name!r}"
-    idx, vals = g.indices, g.values
+    idx, vals, k = g.indices, g.values, getattr(g, "sparse_dims", 1)
     if not isinstance(idx, np.ndarray) or idx.dtype.kind not in "iu":
         raise TypeError(f"{where}: indices must be an integer NumPy array, got "
                         f"{getattr(idx, 'dtype', type(idx).__name__)}")
     if not isinstance(vals, np.ndarray) or vals.dtype != np.float32:
         raise TypeError(f"{where}: values must be a float32 NumPy array, got {getattr(vals, 'dtype', type(vals).__name__)}")
+    if not isinstance(k, int) or not 1 <= k <= max(1, len(shape)):
+        raise ValueError(f"{where}: sparse_dims must be an int in [1, {len(shape)}], got {k!r}")
     if len(shape) < 1:
         raise ValueError(f"{where}: a 0-d tensor has no rows")
     if idx.ndim != 1:
         raise ValueError(f"{where}: indices must be 1-d, got shape {idx.shape}")
-    if vals.shape != (idx.size, *shape[1:]):
-        raise ValueError(f"{where}: values have shape {vals.shape}, expected {(idx.size, *shape[1:])} "
-                         f"({idx.size} rows of shape {tuple(shape[1:])})")
-    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= shape[0]):
+    rows, row_shape = int(np.prod(shape[:k], dtype=np.int64)), tuple(shape[k:])
+    if vals.shape != (idx.size, *row_shape):
+        raise ValueError(f"{where}: values have shape {vals.shape}, expected {(idx.size, *row_shape)} "
+                         f"({idx.size} rows of shape {row_shape})")
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= rows):
         bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
-        raise ValueError(f"{where}: row index {bad} is out of range for {shape[0]} rows")
-    return idx.astype(np.int64), vals.reshape(idx.size, int(np.prod(shape[1:], dtype=np.int64)))
+        raise ValueError(f"{where}: row index {bad} is out of range for {rows} rows")
+    return idx.astype(np.int64), vals.reshape(idx.size, int(np.prod(row_shape, dtype=np.int64)))
 
 
 def coalesce(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -83,16 +92,18 @@ def grouped(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
 def densify(idx: np.ndarray, vals: np.ndarray, shape: tuple) -> np.ndarray:
     """The dense float32 grad of a checked sparse one (duplicates summed as torch's coalesce)."""
     rows, v = coalesce(idx, vals)
-    out = np.zeros((shape[0], vals.shape[1]), np.float32)
+    size = int(np.prod(shape, dtype=np.int64))
+    out = np.zeros((size // vals.shape[1] if vals.shape[1] else 0, vals.shape[1]), np.float32)
     out[rows] = v
     return out.reshape(shape)
 
 
 def refuse_dense(owner: str, refusal, grads) -> None:
-    """SparseAdam takes only sparse grads (as torch's): ``refusal`` is what torch says, None where dense is fine."""
+    """SparseAdam takes only sparse grads (as torch's): ``refusal`` is what torch says, None where dense is fine
+    (a RuntimeError, as torch's)."""
     if refusal and (grads is None or grads):
         which = "the grad slots" if grads is None else repr(next(iter(grads)))
-        raise ValueError(f"{owner}.step: {which}: {refusal}")
+        raise RuntimeError(f"{owner}.step: {which}: {refusal}")
 
 
 def check_use(owner: str, spec, sparse: dict, groups, checked: bool, clip) -> None:
@@ -100,8 +111,8 @@ def check_use(owner: str, spec, sparse: dict, groups, checked: bool, clip) -> No
     step neither clips nor checks for inf/NaN (torch's clip and GradScaler take no sparse grads either)."""
     first = next(iter(sparse))
     if spec.sparse_kind is None and not any(spec.sparse_dense(g) for g in groups):
-        raise ValueError(f"{owner}.step: {owner} does not support sparse gradients (torch: {spec.sparse_refusal});"
-                         f" got one for {first!r}")
+        raise RuntimeError(f"{owner}.step: {owner} does not support sparse gradients (torch: {spec.sparse_refusal});"
+                           f" got one for {first!r}")
     if checked or clip is not None:
         raise ValueError(f"{owner}.step: sparse gradients ({first!r}) cannot be clipped or checked for inf/NaN "
                          "(clip_grad_norm, skip_nonfinite, a loss scale); step them without")

@@ -1,27 +1,19 @@
-"""PyTorch tensors as parameters, without importing torch: every optimizer (GPU class or twin) accepts what
-torch.optim accepts, and with CPU torch tensors behaves as a torch optimizer does.
+"""torch tensors as NumPy, without importing torch (it is looked up in ``sys.modules``: a caller who passes torch
+tensors has imported it).
 
-Accepted ``params``: ``model.parameters()`` (names "0", "1", ... as torch numbers them), ``model.named_parameters()``,
-a dict name -> tensor, or param groups whose ``"params"`` are any of these (unnamed tensors are numbered across
-groups, as torch does); float32, float16 or bfloat16 CPU tensors. torch is only looked up in ``sys.modules``: a
-caller who passes torch tensors has imported it.
-
-An optimizer built from torch tensors (:class:`TorchParams`): ``step()`` with no grads takes each tensor's ``.grad``
-(None: no grad, as torch), and afterwards the tensors hold the updated values, written into their storage through
-zero-copy NumPy views in one transfer; a tensor changed in torch since (its version counter or its storage moved)
-is uploaded again first (with master weights, its master copy restarts from it, as for ``write_params``). An
-edit through ``p.data`` in place bypasses torch's version counter and is not seen: edit ``p`` under
-``torch.no_grad()``, or call ``opt.write_params``. Each step bumps the tensors' version counters, as torch's
-in-place update does (autograd then refuses a graph built before the step). ``write_params`` and ``restore``
-write into the tensors too. ``zero_grad()`` sets ``.grad`` to None (or zeroes it with ``set_to_none=False``);
-``step(closure)`` calls the closure with grad enabled and returns its loss; clipping (``rlx_gpu.clip_grad_norm``,
-``clip_grads``) clips the tensors' ``.grad``.
+- :func:`numpy_view`: a zero-copy NumPy view of a CPU tensor, contiguous or not (a transposed leaf, a slice,
+  ``channels_last``: NumPy takes the strides as they are); bfloat16 as ``ml_dtypes.bfloat16``; complex64 as its
+  ``view_as_real`` (float32, a trailing axis of 2), as torch.optim's own steps see complex parameters.
+- :func:`plain_hyper`: hyperparameters given as tensors (``lr=torch.tensor(1e-3)``) as floats, with torch's checks.
+- :func:`to_array` / :func:`to_tensor`: lossless conversions of any state array (every dtype, bfloat16 by its bits).
 """
 from __future__ import annotations
 
 import sys
 
-_FLOATS = ("torch.float32", "torch.float16", "torch.bfloat16")
+import numpy as np
+
+_FLOATS = ("torch.float32", "torch.float16", "torch.bfloat16", "torch.complex64")
 
 
 def _torch():
@@ -33,157 +25,85 @@ def is_tensor(x) -> bool:
     return t is not None and isinstance(x, t.Tensor)
 
 
+def is_module(x) -> bool:
+    """Whether ``x`` is a ``torch.nn.Module`` (passed where its ``parameters()`` were meant)."""
+    t = _torch()
+    return t is not None and hasattr(t, "nn") and isinstance(x, t.nn.Module)
+
+
 def numpy_view(owner: str, name: str, t, what: str = "tensor"):
-    """A zero-copy NumPy view of CPU tensor ``t`` (bfloat16 as ``ml_dtypes.bfloat16``); TypeError otherwise."""
+    """A zero-copy NumPy view of CPU tensor ``t`` (any strides; bfloat16 as ``ml_dtypes.bfloat16``, complex64 as
+    float32 pairs); TypeError naming it otherwise."""
+    if t.layout != _torch().strided:
+        raise TypeError(f"{owner}: {what} {name!r} is a {t.layout} tensor; rlx_gpu takes dense (strided) tensors")
     if t.device.type != "cpu":
         raise TypeError(f"{owner}: {what} {name!r} is on {t.device}; rlx_gpu takes CPU torch tensors (it keeps its "
                         "own copy on its device and writes the result back)")
     if str(t.dtype) not in _FLOATS:
         raise TypeError(f"{owner}: {what} {name!r} has dtype {t.dtype}, expected torch.float32, float16 or bfloat16")
-    if not t.is_contiguous():
-        raise TypeError(f"{owner}: {what} {name!r} is not contiguous; pass tensor.contiguous()")
     t = t.detach()
-    if str(t.dtype) == "torch.bfloat16":
+    if t.is_conj() or t.is_neg():
+        raise TypeError(f"{owner}: {what} {name!r} is a lazy conjugate/negative view; pass tensor.resolve_conj()")
+    if t.dtype == _torch().complex64:
+        return _torch().view_as_real(t).numpy()
+    if t.dtype == _torch().bfloat16:
         import ml_dtypes
         return t.view(_torch().int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
 
 
-def _named(owner: str, items, counter: list) -> dict:
-    """``items`` (a dict, a tensor, or an iterable of tensors or of (name, tensor) pairs) -> {name: tensor or array}
-    (a tensor alone is one parameter, as torch takes ``{"params": tensor}``)."""
-    if isinstance(items, dict):
-        return dict(items)
-    if is_tensor(items):
-        items = [items]
+def _one(owner: str, what: str, v):
+    if v.numel() != 1:
+        raise ValueError(f"Tensor {what} must be 1-element")
+    return float(v.detach().reshape(()).item())
+
+
+def plain_hyper(owner: str, hyper: dict) -> dict:
+    """``hyper`` with 1-element tensors as floats (torch's messages for the others: "Tensor lr must be
+    1-element"), and a pair (betas) holding one tensor and one float refused as torch refuses it."""
     out = {}
-    for x in items:
-        if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str):
-            name, t = x
-        else:
-            name, t = str(counter[0]), x
-        counter[0] += 1
-        if name in out:
-            raise ValueError(f"{owner}: tensor {name!r} appears more than once in the params")
-        out[name] = t
+    for k, v in hyper.items():
+        if is_tensor(v):
+            v = _one(owner, k, v)
+        elif isinstance(v, (tuple, list)) and any(is_tensor(x) for x in v):
+            if k == "betas" and not all(is_tensor(x) for x in v):
+                raise ValueError("betas must be either both floats or both Tensors")
+            v = tuple(_one(owner, f"{k}[{i}]", x) if is_tensor(x) else x for i, x in enumerate(v))
+        out[k] = v
     return out
 
 
-def from_torch(owner: str, params):
-    """(params with torch tensors replaced by NumPy views and iterables by dicts, {name: tensor}); the second is
-    empty when no torch tensor was passed (then a dict of arrays or a list of groups comes back as it was)."""
-    if is_tensor(params):
-        raise TypeError(f"{owner}: params must be an iterable of tensors (model.parameters()), a dict name -> "
-                        f"tensor or a list of param groups, not a tensor; pass [tensor]")
-    if isinstance(params, dict):
-        if not any(is_tensor(v) for v in params.values()):
-            return params, {}
-        groups, single = [{"params": params}], True
-    else:
-        if not isinstance(params, (list, tuple)):
-            params = list(params)  # model.parameters() / named_parameters(): generators
-        if params and all(isinstance(g, dict) for g in params):
-            if all(isinstance(g.get("params"), dict) and not any(is_tensor(v) for v in g["params"].values())
-                   for g in params):
-                return params, {}
-            groups, single = [dict(g) for g in params], False
-        else:
-            groups, single = [{"params": params}], True
-    counter, tensors = [0], {}
-    for g in groups:
-        if "params" not in g:
-            raise TypeError(f"{owner}: a param group must be a dict with 'params'")
-        named = _named(owner, g["params"], counter)
-        for n, t in named.items():
-            if is_tensor(t):
-                if n in tensors:
-                    raise ValueError(f"{owner}: tensor {n!r} appears more than once in the params")
-                same = next((m for m, u in tensors.items() if u is t), None)
-                if same is not None:
-                    raise ValueError(f"{owner}: one tensor is passed twice, as {same!r} and {n!r}")
-                tensors[n] = t
-        g["params"] = {n: (numpy_view(owner, n, t) if is_tensor(t) else t) for n, t in named.items()}
-    if tensors and len(tensors) != sum(len(g["params"]) for g in groups):
-        bad = next(n for g in groups for n in g["params"] if n not in tensors)
-        raise TypeError(f"{owner}: tensor {bad!r} is not a torch tensor among torch tensors; pass all params as torch "
-                        "tensors or all as arrays")
-    return (groups[0]["params"] if single else groups), tensors
+def plain(v):
+    """A group value as the engine keeps it: tensors as floats, tuples of them as tuples, NumPy scalars as
+    Python numbers (what ``torch.load(weights_only=True)`` reads back)."""
+    if is_tensor(v):
+        return float(v.detach().reshape(-1)[0].item()) if v.numel() else v
+    if isinstance(v, (tuple, list)):
+        return type(v)(plain(x) for x in v)
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
 
 
-class TorchParams:
-    """What an optimizer built from torch tensors does around a step (mixed into the GPU classes and the twins,
-    which provide ``read_params(out=)`` and ``_upload_params``: ``write_params`` without the write-back)."""
+def to_tensor(v):
+    """A NumPy array (or number) as a torch tensor of the same dtype and bits (bfloat16 through its int16 bits)."""
+    torch = _torch()
+    a = np.asarray(v)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.array(a, copy=True, order="C"))
 
-    _torch: dict = {}
 
-    def _bind_torch(self, owner: str, params):
-        params, self._torch = from_torch(owner, params)
-        self._torch_views, self._torch_seen = {}, {}
-        if self._torch:
-            self._torch_mark()
-        return params
-
-    def _torch_mark(self) -> None:
-        """Views of the tensors' storage now, and their version counters (what a later change is told by)."""
-        for n, t in self._torch.items():
-            self._torch_views[n] = numpy_view(type(self).__name__, n, t)
-            self._torch_seen[n] = (t._version, t.data_ptr())
-
-    def _torch_prologue(self, grads, closure):
-        """(closure's loss, grads): runs the closure (grad enabled for torch), uploads tensors changed in torch,
-        and with no grads given takes each tensor's ``.grad``."""
-        if callable(grads) and closure is None:
-            closure, grads = grads, None
-        loss = None
-        if closure is not None:
-            if self._torch:
-                with _torch().enable_grad():
-                    loss = closure()
-            else:
-                loss = closure()
-        if not self._torch:
-            return loss, grads
-        if grads is None:  # (first: a grad that cannot be used is an error before anything is uploaded)
-            from .sparse import RowSparse  # (a sparse .grad, nn.Embedding(sparse=True)'s, as a RowSparse)
-            grads = {n: (RowSparse.from_torch(t.grad) if t.grad.is_sparse
-                         else numpy_view(type(self).__name__, n, t.grad, "grad of"))
-                     for n, t in self._torch.items() if t.grad is not None}
-        changed = {n: t for n, t in self._torch.items() if (t._version, t.data_ptr()) != self._torch_seen[n]}
-        if changed:
-            views = {n: numpy_view(type(self).__name__, n, t) for n, t in changed.items()}
-            self._upload_params(views)  # (checked first; the step's write-back notes the versions)
-            self._torch_views.update(views)  # (the tensors' storage now: a new .data moves it)
-        return loss, grads
-
-    def _torch_epilogue(self, names=None) -> None:
-        """The device's values into the tensors' storage (one transfer; all, or ``names``), their version counters
-        bumped as an in-place update would, and noted."""
-        if not self._torch:
-            return
-        names = list(self._torch) if names is None else list(names)
-        self.read_params(out={n: self._torch_views[n] for n in names})
-        bump = getattr(_torch().autograd.graph, "increment_version", None)
-        for n in names:
-            t = self._torch[n]
-            if bump is not None:
-                bump(t)
-            self._torch_seen[n] = (t._version, t.data_ptr())
-
-    def _torch_clip(self, max_norm, norm_type) -> float:
-        """torch's clip_grad_norm_ on the tensors' ``.grad`` (in place, through NumPy views); the total norm."""
-        from .numerics import host_clip_
-        return host_clip_([numpy_view(type(self).__name__, n, t.grad, "grad of") for n, t in self._torch.items()
-                           if t.grad is not None], max_norm, norm_type)
-
-    def _torch_zero_grad(self, set_to_none: bool) -> bool:
-        """torch's zero_grad on the tensors' ``.grad``; False when the optimizer was not built from tensors."""
-        if not self._torch:
-            return False
-        for t in self._torch.values():
-            if t.grad is not None:
-                if set_to_none:
-                    t.grad = None
-                else:
-                    t.grad.detach_()
-                    t.grad.zero_()
-        return True
+def to_array(owner: str, k: str, v):
+    """A torch tensor (or number, or array) as a NumPy array of the same dtype and bits; complex as float32
+    pairs."""
+    if not is_tensor(v):
+        return np.array(v)
+    v = v.detach().cpu().contiguous()
+    torch = _torch()
+    if v.dtype == torch.bfloat16:
+        import ml_dtypes
+        return v.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+    if v.is_complex():
+        return torch.view_as_real(v.resolve_conj()).numpy().copy()
+    return v.numpy().copy()

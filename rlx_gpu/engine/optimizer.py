@@ -15,10 +15,13 @@ import numpy as np
 from ..core import options as shared
 from ..core.quant import check_state_bits
 from ..core.checkpoint import Checkpointable
+from ..core.copying import Copyable
+from ..core.torchcontract import TorchAware
 from ..core.groups import parse_params, resolve_lr_scale
 from ..core.lowp import dtype_of, name_hash
 from ..core.sync import locked
-from ..core.torchio import TorchParams
+from ..core.torchio import plain_hyper
+from ..core.torchparams import TorchParams
 from ..runtime.arena import DeviceTensor
 from ..runtime.device import get_device
 from ..runtime.kernels import get_kernel
@@ -36,7 +39,8 @@ from .steps import StepMixin
 __all__ = ["Optimizer", "Pass"]
 
 
-class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Checkpointable):
+class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostIOMixin, TorchParams, Copyable,
+                Checkpointable, metaclass=TorchAware):
     """Base class of the GPU optimizers (use a subclass, e.g. :class:`rlx_gpu.AdamW`; ``Optimizer.load(path)``
     makes the class a checkpoint names). A subclass is a declaration: ``spec`` (its NumPy twin), ``shader`` (its
     WGSL update function), ``fields``/``flags`` (its record) and ``passes``; CONTRIBUTING.md shows one whole.
@@ -58,6 +62,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     WG, EPT = 256, 2       # workgroup size, vec4s per thread: a block is WG*EPT*4 elements
     constants: dict = {}   # further WGSL override constants of the shader
     on_device = True
+    extra_kwargs: tuple = ()  # constructor keywords beyond the hyperparameters and options (Kron's probe)
     _classes: dict = {}
 
     def __init_subclass__(cls, **kw):
@@ -67,13 +72,23 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
             cls.record = Record(*cls.fields, flags=cls.flags, states=cls.arena_states)
             Optimizer._classes.setdefault(cls.__name__, cls)  # (the first class of a name: a subclass for a
             #                                                     tuning run does not replace AdamW in checkpoints)
-            cls.__signature__ = shared.signature(cls.spec.defaults, gpu=True)
+            cls.__signature__ = shared.signature(cls.spec.defaults, gpu=True, overrides=cls.spec.option_defaults)
             if cls.__doc__ and "Options (every optimizer)" not in cls.__doc__:
-                cls.__doc__ = cls.__doc__.rstrip() + "\n" + shared.doc(gpu=True)
+                cls.__doc__ = cls.__doc__.rstrip() + "\n" + shared.doc(gpu=True, overrides=cls.spec.option_defaults)
 
     @classmethod
     def optimizer_classes(cls) -> dict:
         return dict(Optimizer._classes)
+
+    @classmethod
+    def _check_arguments(cls, args: tuple, kwargs: dict) -> None:
+        """The arguments after ``params`` checked as the constructor checks them (the metaclass asks first: bad
+        hyperparameters are ValueErrors before params are looked at, as in torch)."""
+        if cls.spec is not None:
+            kwargs = {k: v for k, v in kwargs.items() if k not in cls.extra_kwargs}
+            hyper, _ = shared.split(cls.__name__, cls.spec.defaults, args, kwargs, gpu=True,
+                                    overrides=cls.spec.option_defaults, fixed=cls.spec.torch_group_keys)
+            cls.spec.validate({**cls.spec.defaults, **hyper})
 
     @classmethod
     def hyperparameters(cls) -> dict:
@@ -90,9 +105,11 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
             raise TypeError("rlx_gpu.Optimizer is a base class; use an optimizer such as rlx_gpu.AdamW")
         #: Serialises this optimizer's calls (re-entrant); hold it to make several calls atomic.
         self.lock = threading.RLock()
-        hyper, opts = shared.split(name, self.spec.defaults, args, kwargs, gpu=True)
+        hyper, opts = shared.split(name, self.spec.defaults, args, kwargs, gpu=True, overrides=self.spec.option_defaults,
+                                   fixed=self.spec.torch_group_keys)
         check_state_bits(name, self.spec.quantizable, opts)
         self.defaults = {**self.spec.defaults, **hyper}
+        self.spec.validate(dict(self.defaults))  # (bad hyperparameters are ValueErrors before params are looked at)
         self.param_groups, arrays = parse_params(name, self._bind_torch(name, params), self.defaults)
         self._validated = None
         self._validate_groups()  # (the optimizer's own checks beyond the defaults' types; cached for the steps)
@@ -224,6 +241,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         now = [[repr(g.get(k)) for k in keys] for g in self.param_groups]  # (a repr compares NaNs and arrays too)
         if now != self._validated:
             for g in self.param_groups:
+                g.update(plain_hyper(type(self).__name__, {k: g[k] for k in keys if k in g}))  # (tensor lr: a float)
                 self.spec.validate(g)
             self._validated = now
 

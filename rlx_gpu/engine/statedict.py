@@ -73,19 +73,7 @@ class StateMixin:
 
         ``cast``: convert state buffers (and ``params``) of another float dtype instead of refusing them.
         ``params``: parameters to write in the same checked step (what ``restore`` passes)."""
-        name = type(self).__name__
-        self._settle()
-        sd, qstate = quant.split_state(name, sd, self.spec.quantizable, self._qbits_of, self._shapes,
-                                       lambda s, n: self._state_dtype(s, n) if n in self._index else np.float32)
-        sd = reconcile_master(name, sd, lambda n: n in self._index and bool(self._master[self._index[n]]), cast)
-        state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes, self._state_names(),
-                                         self.defaults, self.spec.state_shape_of, self._state_dtype, cast)
-        for h in hypers:
-            self.spec.check(h)
-        qstate = quant.join_state(state, qstate, self.spec.quantizable, self._qbits_of)
-        if params is not None:
-            params = check_load_params(type(self).__name__, params, self._shapes,
-                                       {n: self._dtypes[self._index[n]] for n in self._names}, cast)
+        state, hypers, qstate, params = self._check_load(sd, cast, params)
         for st in list(state.values()) + list(qstate.values()):
             for s in st:
                 if s in self.arena_states:
@@ -116,6 +104,25 @@ class StateMixin:
             else:
                 self._steps[t] = st["step"]
                 self._materialized[t] = frozenset(k for k in st if k not in ("step", MASTER)) | set(qstate.get(n, ()))
+
+    @locked
+    def _check_load(self, sd: dict, cast: bool = False, params: dict | None = None) -> tuple:
+        """Everything ``load_state_dict`` checks, nothing changed: (state, hyperparameters, quantized state,
+        params) as it loads them (``rlx_gpu.Partition`` checks every part before it loads any)."""
+        name = type(self).__name__
+        self._settle()
+        sd, qstate = quant.split_state(name, sd, self.spec.quantizable, self._qbits_of, self._shapes,
+                                       lambda s, n: self._state_dtype(s, n) if n in self._index else np.float32)
+        sd = reconcile_master(name, sd, lambda n: n in self._index and bool(self._master[self._index[n]]), cast)
+        state, hypers = check_state_dict(name, sd, self.param_groups, self._shapes, self._state_names(),
+                                         self.defaults, self.spec.state_shape_of, self._state_dtype, cast)
+        for h in hypers:
+            self.spec.check(h)
+        qstate = quant.join_state(state, qstate, self.spec.quantizable, self._qbits_of)
+        if params is not None:
+            params = check_load_params(name, params, self._shapes,
+                                       {n: self._dtypes[self._index[n]] for n in self._names}, cast)
+        return state, hypers, qstate, params
 
     def _qtriples(self, b, s, qstate) -> list:
         """(local index, codes, absmax) of every tensor of bucket ``b`` for quantized state ``s``: the state dict's,

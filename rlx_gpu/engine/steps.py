@@ -86,7 +86,7 @@ class StepMixin(GateMixin):
         if sparse:
             more, sparse = self._split_sparse_grads(sparse, check)
             grads = {**grads, **more}
-        if grads or not sparse:
+        if grads or not (sparse or (grads == {} and self.spec.dense_refusal)):  # (SparseAdam, no grads: nothing)
             self._step(grads, check=check, loss_scale=loss_scale)
         if sparse:
             self._settle()

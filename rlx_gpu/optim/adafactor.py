@@ -130,8 +130,8 @@ class Adafactor(Optimizer):
                 "col_var": host[A + B * m:A + B * m + B * nn].reshape(self.spec.state_shape("col_var", shape))}
 
     @locked
-    def state_dict(self) -> dict:
-        sd = super().state_dict()
+    def state_dict(self, dequantize: bool = False) -> dict:
+        sd = super().state_dict(dequantize=dequantize)
         host = self.device.read(self._aux, 0, self._aux.size, out=np.empty(self._aux.size // 4, np.float32))
         for t, n in enumerate(self._names):
             if n in sd["state"]:

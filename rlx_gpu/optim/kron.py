@@ -45,6 +45,7 @@ class Kron(MatrixOptimizer):
     spec = ref.Kron
     wgsl = "kron.wgsl"
     factor_states = {"Q_0": 0, "Q_1": 1}
+    extra_kwargs = ("probe",)
 
     def __init__(self, params, *args, probe=None, **kwargs):
         ref.check_probe(type(self).__name__, probe)

@@ -145,9 +145,9 @@ class MatrixOptimizer(Optimizer):
             v = np.ascontiguousarray(v, F32)
             self.device.queue.write_buffer(self._work[shape][k], slot * v.nbytes, v)
 
-    def state_dict(self) -> dict:
+    def state_dict(self, dequantize: bool = False) -> dict:
         with self.lock:
-            sd = super().state_dict()
+            sd = super().state_dict(dequantize=dequantize)
             if self.factor_states:
                 got = self._factors({t: tuple(self.factor_states) for t, n in enumerate(self._names)
                                      if n in sd["state"]})

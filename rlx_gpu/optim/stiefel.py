@@ -13,8 +13,13 @@ from .matrix import MatrixOptimizer
 
 class StiefelSGD(MatrixOptimizer):
     """Riemannian SGD (with optional Nesterov momentum) keeping (n, p) matrices with orthonormal columns: geoopt's
-    ``RiemannianSGD`` on ``geoopt.EuclideanStiefel`` (QR retraction, ``manifold="euclidean"``) or
-    ``geoopt.CanonicalStiefel`` (Cayley retraction, ``"canonical"``). The update (see
+    ``RiemannianSGD`` on ``geoopt.EuclideanStiefel`` (QR retraction, ``manifold="euclidean"``, the default) or
+    ``geoopt.CanonicalStiefel`` (Cayley retraction, ``"canonical"``).
+
+    For geoopt users: ``geoopt.Stiefel()`` IS ``CanonicalStiefel``, so ``ManifoldParameter(x, manifold=Stiefel())``
+    with ``RiemannianSGD`` is ``StiefelSGD(..., manifold="canonical")`` here; this class's default,
+    ``"euclidean"``, is ``geoopt.EuclideanStiefel()`` (cheaper per step; the two differ in the tangent projection
+    and the retraction, so trajectories differ). The update (see
     :mod:`rlx_gpu.reference.stiefel`): g += weight_decay * X; r = g - X sym(X^T g); momentum as geoopt (the buffer
     starts as the raw grad); X = Q of QR(X - lr d) (R's diagonal positive), the buffer projected onto the new
     tangent space. The QR runs as Cholesky-QR twice in float32 (the Q with a positive-diagonal R, as geoopt's).

@@ -11,6 +11,7 @@ from .lion import Lion
 from .muon import Muon
 from .mars import Mars
 from .nadam import NAdamW
+from .partition import Partition
 from .qhadam import QHAdamW
 from .radam import RAdam
 from .rmsprop import RMSprop
@@ -21,4 +22,4 @@ from .sparse_adam import SparseAdam
 from .stiefel import StiefelSGD
 
 __all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars", "Adafactor",
-           "SparseAdam", "Muon", "StiefelSGD", "SOAP", "Kron", "ReferenceOptimizer"]
+           "SparseAdam", "Muon", "StiefelSGD", "SOAP", "Kron", "Partition", "ReferenceOptimizer"]

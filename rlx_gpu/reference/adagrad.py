@@ -12,6 +12,7 @@ from .base import F32, ReferenceOptimizer
 
 class Adagrad(ReferenceOptimizer):
     """Adagrad (Duchi et al. 2011), as torch.optim.Adagrad."""
+    supports_complex = True  # (a complex param as its view_as_real: how torch steps one)
     defaults = dict(lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10,
                     maximize=False)
     all_state_names = ("sum",)
@@ -21,8 +22,8 @@ class Adagrad(ReferenceOptimizer):
     @classmethod
     def check_sparse(cls, name, group):
         if group["weight_decay"] != 0:
-            raise ValueError(f"Adagrad.step: sparse grad for {name!r}: weight_decay option is not compatible with "
-                             "sparse gradients (torch)")
+            raise RuntimeError(f"Adagrad.step: sparse grad for {name!r}: weight_decay option is not compatible "
+                               "with sparse gradients (torch)")
 
     @classmethod
     def sparse_scalars(cls, group, step, scale):

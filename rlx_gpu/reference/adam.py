@@ -21,6 +21,7 @@ def lerp(a: np.ndarray, b: np.ndarray, w: float) -> np.ndarray:
 
 class Adam(ReferenceOptimizer):
     """Adam (Kingma & Ba 2014) with L2 weight decay, as torch.optim.Adam."""
+    supports_complex = True  # (a complex param as its view_as_real: how torch steps one)
     defaults = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False)
     all_state_names = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
     quantizable = {"exp_avg": True, "exp_avg_sq": False, "max_exp_avg_sq": False}

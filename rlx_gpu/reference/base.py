@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core import options as shared
 from ..core.checkpoint import Checkpointable
+from ..core.copying import Copyable
 from ..core.groups import (MAX_STEP, check_grads, check_load_params, check_state_dict, parse_params,
                            reconcile_master, resolve_lr_scale, scaled)
 from ..core.lowp import DTYPES, dtype_of, element_bits, name_hash, round_rne, round_stochastic, step_key
@@ -24,7 +25,8 @@ from ..core.numerics import check_max_norm, clip_coef, host_clip_, host_total_no
 from ..core.quant import check_state_bits, join_state, split_state
 from ..core.quant import entries as quant_entries
 from ..core.sync import locked
-from ..core.torchio import TorchParams
+from ..core.torchio import plain_hyper
+from ..core.torchparams import TorchParams
 from ..core.sparse import split_sparse
 from .quantized import QuantizedTwin
 from .sparse import SparseTwin
@@ -33,7 +35,7 @@ from .spec import MASTER, Spec
 F32 = np.float32
 
 
-class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpointable):
+class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Copyable, Checkpointable):
     """The NumPy twin of a GPU optimizer (subclasses give ``defaults``, state names and ``_update``)."""
 
     # -- the twin ----------------------------------------------------------------------------
@@ -42,9 +44,11 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
         #: Serialises this optimizer's calls (re-entrant), as the GPU classes' lock.
         self.lock = threading.RLock()
         self._last_norm = None
-        hyper, opts = shared.split(name, type(self).defaults, args, kwargs, gpu=False)
+        hyper, opts = shared.split(name, type(self).defaults, args, kwargs, gpu=False, overrides=self.option_defaults,
+                                   fixed=self.torch_group_keys)
         check_state_bits(name, self.quantizable, opts)
         self.defaults = {**type(self).defaults, **hyper}
+        self.validate(dict(self.defaults))  # (bad hyperparameters are ValueErrors before params are looked at)
         self.param_groups, self.params = parse_params(name, self._bind_torch(name, params), self.defaults)
         self._shapes = {n: p.shape for n, p in self.params.items()}
         #: Per-tensor multiplier of the group lr (``lr_scale=``).
@@ -156,7 +160,7 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
         if sparse:
             more, sparse = self._split_sparse(sparse, check)
             grads = {**grads, **more}
-        if grads or not sparse:
+        if grads or not (sparse or (grads == {} and self.dense_refusal)):  # (SparseAdam, no grads: nothing)
             self._step(grads, inv, check)
         if sparse:
             with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
@@ -174,14 +178,9 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
         name = type(self).__name__
         self.last_step_skipped = False
         for g in self.param_groups:
+            g.update(plain_hyper(name, {k: g[k] for k in self.defaults if k in g}))  # (tensor lr: a float)
             self.validate(g)
-        if grads is None:
-            grads = self.grads
-        else:
-            ok = {n: (self._grad_dt[n].np, (F32 if self._grad_dt[n].low else self.params[n].dtype)) for n in grads
-                  if n in self.params}
-            check_grads(name, grads, self._shapes, dtypes=ok)
-            grads = {n: np.asarray(g).astype(F32).astype(self._grad_dt[n].np) for n, g in grads.items()}  # slots
+        grads = self.grads if grads is None else self._slot_grads(grads)
         grads = {n: np.asarray(g).astype(F32) for n, g in grads.items()}
         if check:
             self.last_step_skipped = not all(np.isfinite(g).all() for g in grads.values())
@@ -212,6 +211,13 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
             st["step"] = min(st["step"] + 1, MAX_STEP)  # saturates, never wraps
             self._apply(n, g.copy(), st, scaled(group, self.lr_scale[n], self.lr_keys), fresh)
         return True
+
+    def _slot_grads(self, grads: dict) -> dict:
+        """``grads`` checked (as ``step`` checks them) and as their slots hold them (16-bit grads rounded)."""
+        ok = {n: (self._grad_dt[n].np, (F32 if self._grad_dt[n].low else self.params[n].dtype)) for n in grads
+              if n in self.params}
+        check_grads(type(self).__name__, grads, self._shapes, dtypes=ok)
+        return {n: np.asarray(g).astype(F32).astype(self._grad_dt[n].np) for n, g in grads.items()}
 
     def _apply(self, n, g, st, group, fresh) -> None:
         """``_update`` on float32 working copies of the param and states, then the stores in their dtypes."""
@@ -261,7 +267,9 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
                 "param_groups": [dict(copy.deepcopy(g), params=list(g["params"])) for g in self.param_groups]}
 
     @locked
-    def load_state_dict(self, sd: dict, cast: bool = False, params: dict | None = None) -> None:
+    def _check_load(self, sd: dict, cast: bool = False, params: dict | None = None) -> tuple:
+        """Everything ``load_state_dict`` checks, nothing changed: (state, hyperparameters, quantized state,
+        params), as the GPU classes'."""
         name = type(self).__name__
         sd, qstate = split_state(name, sd, self.quantizable, self._qbits_of, self._shapes,
                                  lambda s, n: self._state_dtype(s, n))
@@ -275,6 +283,13 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
         if params is not None:
             params = check_load_params(name, params, self._shapes, {n: dtype_of(p.dtype) for n, p in self.params.items()},
                                        cast)
+        return state, hypers, qstate, params
+
+    @locked
+    def load_state_dict(self, sd: dict, cast: bool = False, params: dict | None = None) -> None:
+        """Restore a state dict (from this twin or its GPU class); checked fully before anything changes."""
+        state, hypers, qstate, params = self._check_load(sd, cast, params)
+        if params is not None:
             for n, a in params.items():
                 self.params[n][...] = a
         for g, h in zip(self.param_groups, hypers):

@@ -122,6 +122,7 @@ class Kron(MatrixTwin):
                     precond_init_scale=1.0, balance_prob=0.01, seed=0)
     all_state_names = ("momentum_buffer", "Q_0", "Q_1")
     aux_states = SIDES
+    extra_kwargs = ("probe",)
 
     @classmethod
     def check(cls, group):

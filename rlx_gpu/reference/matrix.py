@@ -9,7 +9,7 @@ def matrices_only(owner: str, algorithm: str, shapes: dict) -> None:
     """ValueError naming the first tensor that is not 2-D (the matrix optimizers take matrices only)."""
     for n, s in shapes.items():
         if len(s) != 2:
-            raise ValueError(f"{owner}: {algorithm} only supports 2-D tensors; {n!r} has shape {tuple(s)} "
+            raise ValueError(f"{owner}: {algorithm} only supports 2D parameters; {n!r} has shape {tuple(s)} "
                              "(route the others to another optimizer, e.g. with rlx_gpu.Partition)")
 
 

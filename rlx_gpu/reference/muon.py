@@ -54,8 +54,8 @@ class Muon(MatrixTwin):
     @classmethod
     def check(cls, group):
         if group["adjust_lr_fn"] not in (None, "original", "match_rms_adamw"):
-            raise ValueError(f"Muon: adjust_lr_fn must be None, 'original' or 'match_rms_adamw', got "
-                             f"{group['adjust_lr_fn']!r}")
+            raise ValueError(f"Adjust learning rate function {group['adjust_lr_fn']} is not supported (Muon: "
+                             "adjust_lr_fn must be None, 'original' or 'match_rms_adamw')")
         if not isinstance(group["ns_steps"], int) or not 0 <= group["ns_steps"] < 100:
             raise ValueError(f"Muon: ns_steps must be an int in [0, 100), got {group['ns_steps']!r}")
         if len(group["ns_coefficients"]) != 3:

@@ -19,6 +19,7 @@ def nadam_mu(b1: float, psi: float, t):
 
 class NAdamW(ReferenceOptimizer):
     """NAdam (Dozat 2016) with decoupled weight decay, as torch.optim.NAdam(decoupled_weight_decay=True)."""
+    supports_complex = True  # (a complex param as its view_as_real: how torch steps one)
     defaults = dict(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, momentum_decay=4e-3, maximize=False)
     torch_group_keys = {"decoupled_weight_decay": True}
     all_state_names = ("exp_avg", "exp_avg_sq", "mu_product")

@@ -29,6 +29,7 @@ def radam_rect(b2: float, t):
 
 class RAdam(ReferenceOptimizer):
     """Rectified Adam (Liu et al. 2020), as torch.optim.RAdam."""
+    supports_complex = True  # (a complex param as its view_as_real: how torch steps one)
     defaults = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled_weight_decay=False,
                     maximize=False)
     all_state_names = ("exp_avg", "exp_avg_sq")

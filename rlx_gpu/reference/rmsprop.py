@@ -15,6 +15,7 @@ from .base import F32, ReferenceOptimizer
 
 class RMSprop(ReferenceOptimizer):
     """RMSprop (Hinton 2012), as torch.optim.RMSprop."""
+    supports_complex = True  # (a complex param as its view_as_real: how torch steps one)
     defaults = dict(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, maximize=False)
     all_state_names = ("square_avg", "momentum_buffer", "grad_avg")
     quantizable = {"square_avg": False, "momentum_buffer": True, "grad_avg": True}

@@ -11,6 +11,7 @@ from .base import F32, ReferenceOptimizer
 
 class SGD(ReferenceOptimizer):
     """Stochastic gradient descent with optional (Nesterov) momentum, as torch.optim.SGD."""
+    supports_complex = True  # (a complex param as its view_as_real: how torch steps one)
     defaults = dict(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False)
     all_state_names = ("momentum_buffer",)
     quantizable = {"momentum_buffer": True}
@@ -19,8 +20,8 @@ class SGD(ReferenceOptimizer):
     @classmethod
     def check_sparse(cls, name, group):
         if group["weight_decay"] != 0:
-            raise ValueError(f"SGD.step: sparse grad for {name!r} with weight_decay: torch refuses it "
-                             "(add(sparse, dense) is not supported)")
+            raise RuntimeError(f"SGD.step: sparse grad for {name!r} with weight_decay: torch refuses it "
+                               "(add(sparse, dense) is not supported)")
 
     @classmethod
     def sparse_dense(cls, group):

@@ -32,7 +32,7 @@ class SparseSpec:
 
     @classmethod
     def check_sparse(cls, name: str, group: dict) -> None:
-        """ValueError where torch refuses a sparse grad for this group's settings."""
+        """RuntimeError (torch's type) where torch refuses a sparse grad for this group's settings."""
 
     @classmethod
     def sparse_dense(cls, group: dict) -> bool:
@@ -71,10 +71,10 @@ class SparseTwin:
                 if s not in st:
                     st[s] = np.zeros(self._shapes[n], F32)
             st["step"] = min(st["step"] + 1, 2 ** 53)
-            if idx.size:
+            if idx.size and vals.shape[1]:
                 if group.get("maximize", False):
                     vals = -vals
-                p = self.params[n].reshape(self._shapes[n][0], -1)
+                p = self.params[n].reshape(-1, vals.shape[1])  # (rows over the grad's sparse dims)
                 self._sparse_update(p, idx, vals, st, group, self.sparse_scalars(group, st["step"], self.lr_scale[n]))
 
     def _sparse_update(self, p, idx, vals, st, group, scal) -> None:

@@ -11,6 +11,7 @@ from .sparse import adam_scalars
 
 class SparseAdam(ReferenceOptimizer):
     """Lazy Adam for sparse grads (embeddings), as torch.optim.SparseAdam: no weight decay, no dense grads."""
+    complex_refusal = ValueError  # (torch refuses complex params at construction, with a ValueError)
     defaults = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, maximize=False)
     all_state_names = ("exp_avg", "exp_avg_sq")
     sparse_kind, sparse_states = "adam", ("exp_avg", "exp_avg_sq")

@@ -29,6 +29,14 @@ class Spec(SparseSpec):
     #: Keys torch.optim's class of the same algorithm keeps in its groups with a fixed value here (NAdamW is
     #: ``torch.optim.NAdam(decoupled_weight_decay=True)``): written into and checked in converted state dicts.
     torch_group_keys: dict = {}
+    #: The class's own defaults of shared options (LAMB clips at apex's ``max_grad_norm=1.0``).
+    option_defaults: dict = {}
+    #: Whether a complex parameter (as its view_as_real, torch's way) is taken: the torch.optim algorithms whose
+    #: torch steps complex tensors so; the others refuse them (torch's words, ``complex_refusal``'s type).
+    supports_complex: bool = False
+    complex_refusal = RuntimeError
+    #: Constructor keywords beyond the hyperparameters and options (Kron's ``probe``), kept by copies.
+    extra_kwargs: tuple = ()
     #: The states block quantization (``state_bits``) applies to, and whether each is signed (first moments,
     #: momenta) or not (second moments).
     quantizable: dict = {}
@@ -38,7 +46,7 @@ class Spec(SparseSpec):
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
         Spec._classes.setdefault(cls.__name__, cls)
-        cls.__signature__ = shared.signature(cls.defaults, gpu=False)
+        cls.__signature__ = shared.signature(cls.defaults, gpu=False, overrides=cls.option_defaults)
         if cls.defaults and "Hyperparameters (defaults)" not in (vars(cls).get("__doc__") or ""):
             cls.__doc__ = _doc(cls)
 
@@ -99,4 +107,4 @@ def _doc(cls) -> str:
             f"constructor, ``step``, ``params`` (NumPy arrays), ``grads``, ``param_groups``, state dicts and "
             f"checkpoints; float32 NumPy in the kernel's order of operations.\n\n{rule}\n\n"
             f"Hyperparameters (defaults): {hyper}.\nState: step, {', '.join(cls.all_state_names)}."
-            + shared.doc(gpu=False))
+            + shared.doc(gpu=False, overrides=cls.option_defaults))

@@ -1,6 +1,7 @@
 """NumPy twin of Riemannian SGD on the Stiefel manifold: geoopt's ``RiemannianSGD`` on ``geoopt.EuclideanStiefel``
 (``manifold="euclidean"``: QR retraction) or ``geoopt.CanonicalStiefel`` (``"canonical"``: Cayley retraction), in
-float32. A parameter is an (n, p) matrix, n >= p, with orthonormal columns (X^T X = I).
+float32. A parameter is an (n, p) matrix, n >= p, with orthonormal columns (X^T X = I). geoopt's ``Stiefel()`` is
+its ``CanonicalStiefel``: pass ``manifold="canonical"`` to match it; the default here is ``EuclideanStiefel``.
 
     momentum buffer at the first step: the raw grad (geoopt clones it before the weight decay)
     g = g + weight_decay * X;  r = proj(X, g)
