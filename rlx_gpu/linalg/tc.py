@@ -192,7 +192,11 @@ def tc_gemm_grouped(dev, enc, a, b, c, problems, *, mode, ta=False, tb=False, d=
                                       first=first))
         first += tiles * q.batch
     pbuf = _prm(dev, np.concatenate(words), "gemm_tc.prm", keep, cache)
-    k = get_kernel(dev, f"gemm_tc:{cfg.name()}", source(cfg), ENTRY)
+    k = cache.get(("gemm_tc", cfg)) if cache is not None else None
+    if k is None:  # (get_kernel hashes the source text: a caller's cache skips that from the second call)
+        k = get_kernel(dev, f"gemm_tc:{cfg.name()}", source(cfg), ENTRY)
+        if cache is not None:
+            cache[("gemm_tc", cfg)] = k
     bufs = {"A": a, "B": b, "C": c, "p": pbuf, "P": pbuf}
     if d is not None:
         bufs["D"] = d

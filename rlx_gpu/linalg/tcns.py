@@ -86,12 +86,13 @@ def _work(dev, jobs, cache, keep):
     return work
 
 
-def ns_tc(dev, enc, jobs, ns_steps, coeffs, eps, keep, mode, cache=None, bases=None) -> None:
+def ns_tc(dev, enc, jobs, ns_steps, coeffs, eps, keep, mode, cache=None, bases=None, sym=True) -> None:
     """Record Newton-Schulz (``ns_steps`` of torch.optim.Muon's quintic with ``coeffs`` = (a, b, c), after X /=
     max(|X|_F, eps)) on every :class:`Job`, in place, as dispatches only (``enc``: a command encoder or a
     ``ComputePass``), on the tensor-core GEMM in ``mode`` ("subgroup-matrix" or "emulated"). ``cache``: a dict the
     caller keeps from step to step (work buffers, parameter buffers, bind groups made once). ``bases``: the kernel
-    configuration to start from per stage ("A", "B", "X"), where not ``tc.choose_config``'s."""
+    configuration to start from per stage ("A", "B", "X"), where not ``tc.choose_config``'s; ``sym=False``: A and B
+    computed whole (an experiment's switch)."""
     jobs = [j for j in jobs if j.batch > 0]
     if not jobs:
         return
@@ -105,7 +106,14 @@ def ns_tc(dev, enc, jobs, ns_steps, coeffs, eps, keep, mode, cache=None, bases=N
     bases = bases or {}
     for k0 in range(0, len(jobs), MAX_GROUPS):
         sl = slice(k0, k0 + MAX_GROUPS)
-        _iterate(dev, enc, jobs[sl], lay[sl], (xa, xb, amat, bmat), ns_steps, (a, b, c), mode, keep, cache, bases)
+        key = ("tcns.stages", tuple((j.m, j.n, j.batch, j.capacity) for j in jobs[sl]), (a, b, c), mode, sym,
+               tuple(sorted(bases.items())))
+        stages = cache.get(key) if cache is not None else None
+        if stages is None:
+            stages = _stages(dev, jobs[sl], lay[sl], (a, b, c), mode, bases, sym)
+            if cache is not None:
+                cache[key] = stages
+        _iterate(dev, enc, stages, (xa, xb, amat, bmat), ns_steps, dict(mode=mode, out="f16", keep=keep, cache=cache))
     cur = xa if ns_steps % 2 == 0 else xb
     k = _kernel(dev, "ns_out")
     for j, (prm, groups) in zip(jobs, io):
@@ -125,7 +133,7 @@ def _io(dev, j: Job, at, eps, keep, cache):
             {"ns_part": j.batch * chunks, "ns_norm": j.batch, "ns_in": tiles, "ns_out": tiles})
 
 
-def _stages(dev, jobs, lay, coeffs, mode, bases) -> list:
+def _stages(dev, jobs, lay, coeffs, mode, bases, sym=True) -> list:
     """The three grouped GEMMs of a step on up to MAX_GROUPS jobs (see the module docstring): (stage, problems,
     tc_gemm_grouped's options, config)."""
     a, b, c = coeffs
@@ -137,26 +145,25 @@ def _stages(dev, jobs, lay, coeffs, mode, bases) -> list:
         pb.append(Problem(s, s, s, j.batch, c / rs, b, (ao, ao, ao, ao), (sq, sq, sq)))  # (B~ where A~ is)
         px.append(Problem(s, L, s, j.batch, 1.0 / rs, a, (ao, xo, xo, xo), (sq, sl, sl)))
     out = []
-    for stage, probs, opts in (("A", pa, dict(tb=True, sym=True)), ("B", pb, dict(epi="d", sym=True)),
+    for stage, probs, opts in (("A", pa, dict(tb=True, sym=sym)), ("B", pb, dict(epi="d", sym=sym)),
                                ("X", px, dict(epi="d"))):
         cfg = choose_config(dev, mode, 0, 0, 0, out="f16", problems=probs, base=(bases or {}).get(stage), **opts)
         out.append((stage, probs, {k: v for k, v in opts.items() if k != "epi"}, cfg))
     return out
 
 
-def stage_configs(dev, jobs, mode, bases=None) -> dict:
+def stage_configs(dev, jobs, mode, bases=None, sym=True) -> dict:
     """The kernel configuration of each stage ("A", "B", "X") that :func:`ns_tc` runs for ``jobs`` (the first
     MAX_GROUPS)."""
     jobs = [j for j in jobs if j.batch > 0][:MAX_GROUPS]
     lay, _ = _layout(jobs)
-    return {st: cfg for st, _, _, cfg in _stages(dev, jobs, lay, (1.0, 1.0, 1.0), mode, bases)}
+    return {st: cfg for st, _, _, cfg in _stages(dev, jobs, lay, (1.0, 1.0, 1.0), mode, bases, sym)}
 
 
-def _iterate(dev, enc, jobs, lay, bufs, ns_steps, coeffs, mode, keep, cache, bases) -> None:
-    """The ``ns_steps`` steps on up to MAX_GROUPS jobs, each stage one grouped GEMM."""
+def _iterate(dev, enc, stages, bufs, ns_steps, gemm) -> None:
+    """The ``ns_steps`` steps, each stage one grouped GEMM (:func:`_stages`)."""
     xa, xb, amat, bmat = bufs
-    (_, pa, oa, ca), (_, pb, ob, cb), (_, px, ox, cx) = _stages(dev, jobs, lay, coeffs, mode, bases)
-    gemm = dict(mode=mode, out="f16", keep=keep, cache=cache)
+    (_, pa, oa, ca), (_, pb, ob, cb), (_, px, ox, cx) = stages
     cur, other = xa, xb
     for _ in range(ns_steps):
         tc_gemm_grouped(dev, enc, cur, cur, amat, pa, config=ca, **oa, **gemm)
