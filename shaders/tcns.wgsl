@@ -5,6 +5,7 @@
 //   ns_norm: P[p_off + batch chunks + z] = scale / max(sqrt(sum over c of P[p_off + z chunks + c]), eps)
 //   ns_in:   W = f16(X * that factor), a 32 x 32 tile a workgroup (through workgroup memory: transposed if trans)
 //   ns_out:  X = f32(W) / scale, the same tiles the other way
+//   to_f16:  W[w_off + i] = f16(X[x_off + i] * scale) for i < count (any float32 data: tcns.to_f16)
 // The parameter struct NsIo (rlx_gpu/linalg/tcns.py: NS_IO) is declared after this text when it is compiled.
 enable f16;
 
@@ -94,4 +95,11 @@ fn ns_out(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         let r = at.y + k / 32u; let c = at.z + k % 32u;
         if (r < p.rows && c < p.cols) { X[xb + r * p.cols + c] = T[(k / 32u) * 33u + k % 32u] / p.scale; }
     }
+}
+
+@compute @workgroup_size(256)
+fn to_f16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    if (i < p.count) { W[p.w_off + i] = f16(X[p.x_off + i] * p.scale); }
 }

@@ -118,6 +118,9 @@ def test_choose_config_fits_and_aligns():
     assert cfg.store == "direct" and cfg.smem_bytes() <= 16384
     cfg = tc.choose_config(dev, "emulated", 100, 64, 37, ta=True)
     assert cfg.edges and cfg.stage == "f16" and cfg.store == "scratch"
+    # rows of 37 in rows strided by 40: 8-wide loads would read past a row's end (so one f16 per load)
+    assert tc.choose_config(dev, "emulated", 64, 64, 37, lds=(40, 64, 64)).stage == "f16"
+    assert tc.choose_config(dev, "emulated", 64, 64, 40, lds=(48, 64, 64)).stage == "vec8"
     # D before the K loop and packed f16 stores where the blocks are whole and alpha != 0; else D at the end
     cfg = tc.choose_config(dev, "subgroup-matrix", 256, 256, 256, out="f16", epi="d")
     assert (cfg.d_at, cfg.d_type, cfg.cvec, cfg.store) == ("start", "f16", True, "scratch")
@@ -190,3 +193,27 @@ def test_subgroup_matrix_path_on_the_device():
     for r in results:
         ok = r["abs_err"] <= NS_TOL if "abs_err" in r else r["rel_err"] <= TOL[("subgroup-matrix", r["out"])]
         assert ok, r
+
+
+@pytest.mark.gpu
+def test_to_f16_then_the_gemm(device):
+    """tcns.to_f16 makes the GEMM's float16 operands from float32 data (scaled; f16's rounding, within half an f16
+    ulp of NumPy's), at element offsets; the GEMM of the converted operands against NumPy float64 of them."""
+    _needs_f16(device)
+    from rlx_gpu.linalg import tcns
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(2 * 64 * 96).astype(np.float32)
+    xb = device.buffer(x.nbytes + 64, "x", data=np.concatenate([np.zeros(16, np.float32), x]))
+    w = device.buffer(x.nbytes, "w")
+    enc = device.encoder()
+    tcns.to_f16(device, enc, xb, 16, w, 0, x.size, scale=0.5, keep=[])
+    c = device.buffer(4 * 64 * 64, "c")
+    tc.tc_gemm(device, enc, w, w, c, 64, 64, 96, mode="emulated", offsets=(0, 64 * 96, 0, 0), keep=[])
+    device.submit(enc)
+    h = device.read(w, 0, x.nbytes // 2).view(np.float16)
+    want = (x * np.float32(0.5)).astype(np.float16)
+    assert np.all(np.abs(h.astype(np.float64) - want) <= np.abs(want) * 2.0 ** -11 + 2.0 ** -25)
+    a, b = h[:64 * 96].reshape(64, 96), h[64 * 96:].reshape(96, 64)
+    ref = a.astype(np.float64) @ b
+    got = device.read(c).view(np.float32).reshape(64, 64)
+    assert np.abs(got - ref).max() <= TOL[("emulated", "f32")] * np.abs(ref).max()

@@ -120,8 +120,8 @@ def choose_config(dev, mode, M, N, K, *, ta=False, tb=False, out="f32", epi="non
     cfg = cfg.with_(edges=edges)
     if cfg.stage in ("coop", "direct") and edges:
         cfg = cfg.with_(stage="vec8")
-    if cfg.stage == "vec8" and not all(_aligned(*p.dims(ta, tb)[:2], *p.offsets[:2], *p.dims(ta, tb)[3:5])
-                                       for p in probs):
+    if cfg.stage == "vec8" and not all(_aligned(*p.dims(ta, tb)[:2], *p.offsets[:2], *p.dims(ta, tb)[3:5],
+                                                p.M if ta else p.K, p.K if tb else p.N) for p in probs):
         cfg = cfg.with_(stage="f16")
     d_start = epi == "d" and not edges and all(p.alpha != 0 for p in probs)
     cvec = (out == "f16" and not edges and cfg.subgroup == 32

@@ -23,7 +23,7 @@ from ..runtime.params import Params
 from .record import _bind, _prm
 from .tc import Problem, choose_config, tc_gemm_grouped
 
-__all__ = ["NS_IO", "Job", "ns_tc", "ns_tc_dispatches", "stage_configs", "MAX_GROUPS"]
+__all__ = ["NS_IO", "Job", "ns_tc", "ns_tc_dispatches", "stage_configs", "to_f16", "MAX_GROUPS"]
 
 NS_IO = Params("NsIo", "rows", "cols", "count", "batch", "x_off", "w_off", "p_off", "chunks", "ch", "trans",
                "tiles_c", "tiles", "eps:f32", "scale:f32")
@@ -50,6 +50,16 @@ def ns_tc_dispatches(jobs: int, ns_steps: int) -> int:
 
 def _kernel(dev, entry):
     return get_kernel(dev, "tcns.wgsl", src.load_source("tcns.wgsl") + "\n" + NS_IO.wgsl() + "\n", entry)
+
+
+def to_f16(dev, enc, x, x_off: int, w, w_off: int, count: int, scale: float = 1.0, keep=None, cache=None) -> None:
+    """Record ``w[w_off + i] = f16(x[x_off + i] * scale)`` for ``count`` float32 elements (element offsets): the
+    float16 operands of the tensor-core GEMM from float32 data (values past 65504 after ``scale`` become inf)."""
+    words = NS_IO.pack(rows=1, cols=count, count=count, batch=1, x_off=x_off, w_off=w_off, p_off=0, chunks=0, ch=0,
+                       trans=0, tiles_c=0, tiles=0, eps=0.0, scale=scale)
+    k = _kernel(dev, "to_f16")
+    k.dispatch(enc, _bind(k, cache, {"X": x, "W": w, "p": _prm(dev, words, "tcns.prm", keep, cache)}),
+               -(-count // 256))
 
 
 def _layout(jobs):
