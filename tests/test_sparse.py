@@ -176,6 +176,16 @@ def test_from_torch_embedding(device):
     np.testing.assert_allclose(gpu.params["w"].numpy(), emb.weight.detach().numpy(), rtol=2e-6, atol=1e-7)
 
 
+def test_from_torch_refuses_a_meta_tensor():
+    """issue 21 item 15: a sparse tensor on torch's meta device (no values: torch's NotImplementedError before) is a
+    ValueError saying so; a dense tensor a TypeError."""
+    meta = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.ones(2, 3), (4, 3)).to("meta")
+    with pytest.raises(ValueError, match="meta device"):
+        rlx_gpu.RowSparse.from_torch(meta)
+    with pytest.raises(TypeError, match="sparse COO tensor"):
+        rlx_gpu.RowSparse.from_torch(torch.ones(4, 3))
+
+
 def test_torch_drop_in_takes_sparse_grads(device):
     """rlx_gpu.torch.SparseAdam over nn.Embedding(sparse=True): its sparse .grad is taken as a RowSparse."""
     emb = torch.nn.Embedding(20, 4, sparse=True)

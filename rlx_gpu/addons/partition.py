@@ -23,6 +23,22 @@ __all__ = ["Partition"]
 MAX_PARTS = 4
 
 
+def _check_labels(optimizers: dict) -> None:
+    """Every label names a checkpoint file of its own (``<path>.<label>.npz``): no path separator or NUL, and no
+    two labels with the same text; ValueError naming the label otherwise (before anything is made or written)."""
+    import os
+    seps = {"/", "\\", "\0", os.sep, os.altsep} - {None}
+    seen = {}
+    for k in optimizers:
+        text = str(k)
+        if any(c in text for c in seps) or not text:
+            raise ValueError(f"Partition: part name {k!r} cannot name its checkpoint file <path>.{text}.npz (it is "
+                             "empty or holds '/', '\\' or NUL)")
+        if text in seen:
+            raise ValueError(f"Partition: part names {seen[text]!r} and {k!r} would share <path>.{text}.npz")
+        seen[text] = k
+
+
 class Partition:
     """Sub-optimizers over the tensors ``label(name, shape)`` assigns them. ``optimizers``: label -> (GPU optimizer
     class, its keyword arguments) (not ``clip_grad_norm``/``skip_nonfinite``/``device``: those are this object's).
@@ -36,6 +52,7 @@ class Partition:
             raise TypeError("Partition: label must be a callable (name, shape) -> a key of optimizers")
         if not optimizers or len(optimizers) > MAX_PARTS:
             raise ValueError(f"Partition: 1 to {MAX_PARTS} sub-optimizers, got {len(optimizers)}")
+        _check_labels(optimizers)
         routed: dict = {k: {} for k in optimizers}
         for n, a in params.items():
             if not isinstance(a, np.ndarray):

@@ -25,6 +25,8 @@ class RowSparse:
     def from_torch(cls, t) -> "RowSparse":
         if not getattr(t, "is_sparse", False) or t.sparse_dim() != 1:
             raise TypeError("RowSparse.from_torch: expected a torch sparse COO tensor with one sparse dimension")
+        if getattr(t, "is_meta", False):
+            raise ValueError("RowSparse.from_torch: the tensor is on torch's meta device (it has no values)")
         return cls(t._indices()[0].cpu().numpy(), t._values().detach().cpu().numpy())
 
     def __repr__(self):
