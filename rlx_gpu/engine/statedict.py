@@ -86,6 +86,7 @@ class StateMixin:
         if params is not None:
             params = check_load_params(type(self).__name__, params, self._shapes,
                                        {n: self._dtypes[self._index[n]] for n in self._names}, cast)
+            self.spec.check_param_values(name, params)
         for st in list(state.values()) + list(qstate.values()):
             for s in st:
                 if s in self.arena_states:

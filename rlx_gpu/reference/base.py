@@ -107,6 +107,7 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
     def _upload_params(self, params: dict) -> None:
         check_grads(type(self).__name__, params, self._shapes, call="write_params",
                     noun="param", dtypes={n: (self.params[n].dtype,) for n in params})
+        self.check_param_values(f"{type(self).__name__}.write_params", params)
         for n, a in params.items():
             self.params[n][...] = a
             if self._master(n) and n in self.state:
@@ -275,6 +276,7 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
         if params is not None:
             params = check_load_params(name, params, self._shapes, {n: dtype_of(p.dtype) for n, p in self.params.items()},
                                        cast)
+            self.check_param_values(name, params)
             for n, a in params.items():
                 self.params[n][...] = a
         for g, h in zip(self.param_groups, hypers):
