@@ -185,7 +185,8 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
             grads = {n: np.asarray(g).astype(F32).astype(self._grad_dt[n].np) for n, g in grads.items()}  # slots
         grads = {n: np.asarray(g).astype(F32) for n, g in grads.items()}
         if check:
-            self.last_step_skipped = not all(np.isfinite(g).all() for g in grads.values())
+            self.last_step_skipped = not (all(np.isfinite(g).all() for g in grads.values()) and
+                                          self._inputs_finite(grads))
             if self.last_step_skipped:  # no norm taken: NaN if this step clips (as the GPU classes report)
                 self._last_norm = F32(np.nan) if self.clip_grad_norm is not None else None
                 return False
@@ -247,6 +248,10 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Checkpoin
             p[...] = round_stochastic(wp.reshape(-1), d, bits).reshape(p.shape)
         else:
             p[...] = round_rne(wp, d)
+
+    def _inputs_finite(self, grads: dict) -> bool:
+        """A checked step's inputs besides the grads (Kron's probes) hold no inf or NaN; else it is skipped."""
+        return True
 
     def _before_update(self, grads: dict) -> None:
         """Hook run once per step after every check passed, before the per-tensor updates."""
