@@ -63,22 +63,8 @@ class SparseMixin:
         thread's loop short (:func:`rlx_gpu.core.sparse.parts`: usually one part), each with a meta buffer for
         every piece of the tensor its rows touch; into ``reuse``'s buffers when they are large enough (a host
         RowSparse each step reuses its tensor's). Their transfers go through the batched upload path."""
-        t = self._index[n]
-        b, i = self._where[t]
         L = vals.shape[1]
-        cap = min(self.device.max_storage_binding // (4 * max(L, 1)), (self.device.max_storage_binding // 4 - H) // 3)
-        host = []
-        for rows, starts, counts, v in parts(idx, vals, self.spec.sparse_kind == "sgd", max(cap, 1)):
-            extra = [starts, counts] if self.spec.sparse_kind == "sgd" else []
-            lo, hi = int(rows[0]) * L, (int(rows[-1]) + 1) * L
-            metas = []
-            for (c, off, ln, toff) in b.layout.pieces[i]:
-                if toff < hi and lo < toff + ln:  # (a piece these rows touch)
-                    head = np.zeros(H, np.uint32)
-                    head[:5] = [L, rows.size, off, toff, ln]
-                    metas.append((c, np.concatenate([head, rows.astype(np.uint32)] +
-                                                    [e.astype(np.uint32) for e in extra])))
-            host.append((rows.size, np.ascontiguousarray(v).reshape(-1), metas))
+        host = self._host_parts(n, idx, vals)
         if reuse is None or not reuse.fits(host):
             dev = self.device
             made = [(k, dev.buffer(4 * max(1, v.size), f"{n}.sparse values"),
@@ -91,6 +77,24 @@ class SparseMixin:
             items += [(mb, 0, m.view(np.uint8)) for (_, m), (_, mb) in zip(metas, mbufs)]
         self.device.transfer.upload(items)
         return DeviceRowSparse(self, n, L, made)
+
+    def _host_parts(self, n: str, idx, vals) -> list:
+        """[(rows, values flat, [(chunk, meta words)])]: the parts of :func:`rlx_gpu.core.sparse.parts` for a
+        storage binding of values (and of meta), each with the meta of every piece of the tensor its rows touch."""
+        b, i = self._where[self._index[n]]
+        L, sgd, mb = vals.shape[1], self.spec.sparse_kind == "sgd", self.device.max_storage_binding
+        out = []
+        for rows, starts, counts, v in parts(idx, vals, sgd, max(1, min(mb // (4 * max(L, 1)), (mb // 4 - H) // 3))):
+            extra = [starts.astype(np.uint32), counts.astype(np.uint32)] if sgd else []
+            lo, hi = int(rows[0]) * L, (int(rows[-1]) + 1) * L
+            metas = []
+            for (c, off, ln, toff) in b.layout.pieces[i]:
+                if toff < hi and lo < toff + ln:  # (a piece these rows touch)
+                    head = np.zeros(H, np.uint32)
+                    head[:5] = [L, rows.size, off, toff, ln]
+                    metas.append((c, np.concatenate([head, rows.astype(np.uint32)] + extra)))
+            out.append((rows.size, np.ascontiguousarray(v).reshape(-1), metas))
+        return out
 
     def _sparse_step(self, sparse: dict) -> None:
         """Apply checked sparse grads (``{name: (rows, values)}`` or DeviceRowSparse): one command buffer, one
