@@ -139,6 +139,6 @@ def collect(paths: list) -> tuple[list, list]:
     for f in files:
         try:
             sources.append(load(f, {}))
-        except (FileNotFoundError, UnicodeDecodeError, ValueError) as e:  # ValueError: an include loop
+        except (OSError, UnicodeDecodeError, ValueError) as e:  # ValueError: an include loop, depth or size
             failed.append((f, str(e)))
     return sources, failed
