@@ -180,7 +180,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         if self._partials is not None:
             out["partials"] = self._partials
         out.update(self._extra_buffers(bucket, chunk))
-        out.update(self._qat_buffers())
+        out.update(self._qat_buffers(bucket, chunk))
         return out
 
     def _extra_buffers(self, bucket, chunk: int) -> dict:
