@@ -28,12 +28,12 @@ var<workgroup> qat_wm: array<atomic<u32>, 64>;
 var<workgroup> qat_ws: array<f32, 64>;  // a fused run's scales and their reciprocals
 var<workgroup> qat_wi: array<f32, 64>;
 
+// (amax, inv, scale: the words of the tensor's first channel in AMAX, INV and SCALE)
 struct QatEntry { on: bool, per_channel: bool, fused: bool, bits: u32, values: u32, L: u32, channels: u32,
-                  chan: u32, code: u32, vals: u32 }
+                  amax: u32, inv: u32, scale: u32, code: u32, vals: u32, eps: f32 }
 
 fn qat_w(i: u32) -> u32 { return atomicLoad(&qat[i]); }
 fn qat_put(i: u32, v: u32) { atomicStore(&qat[i], v); }
-fn qat_scale(q: QatEntry, c: u32) -> f32 { return bitcast<f32>(qat_w(qat_w(7u) + q.chan + c)); }
 // Tensor t's entry; `on` false where t has none, or (in a step) no grad. `fused`: exported by the update pass.
 fn qat_entry(t: u32, live: bool) -> QatEntry {
     var q: QatEntry;
@@ -48,7 +48,11 @@ fn qat_entry(t: u32, live: bool) -> QatEntry {
     q.values = (f >> 16u) & 3u;
     q.L = max(qat_w(b + 2u), 1u);
     q.channels = qat_w(b + 3u);
-    q.chan = qat_w(b + 4u);
+    let chan = qat_w(b + 4u);
+    q.amax = qat_w(3u) + chan;
+    q.inv = qat_w(4u) + chan;
+    q.scale = qat_w(7u) + chan;
+    q.eps = bitcast<f32>(qat_w(5u));
     q.code = qat_w(b + 5u);
     q.vals = qat_w(b + 6u);
     return q;
@@ -71,7 +75,7 @@ fn qat_begin(lid: u32) {
 fn qat_flush(q: QatEntry, c0: u32, run: vec2<u32>) {
     if (!q.on || run.y == 0u) { return; }
     if (run.x - c0 < QAT_SLOTS) { atomicMax(&qat_wm[run.x - c0], run.y); }
-    else { atomicMax(&qat[qat_w(3u) + q.chan + run.x], run.y); }
+    else { atomicMax(&qat[q.amax + run.x], run.y); }
 }
 // The stored weights w of elements e .. e + 3 (lanes `keep` are padding), into the running max of their channel.
 fn qat_note(q: QatEntry, c0: u32, e: u32, w: vec4<f32>, keep: vec4<bool>, run: ptr<function, vec2<u32>>) {
@@ -94,13 +98,13 @@ fn qat_note(q: QatEntry, c0: u32, e: u32, w: vec4<f32>, keep: vec4<bool>, run: p
 fn qat_publish(q: QatEntry, c0: u32, lid: u32) {
     if (q.on && !q.fused && lid < QAT_SLOTS && c0 + lid < q.channels) {
         let v = atomicLoad(&qat_wm[lid]);
-        if (v != 0u) { atomicMax(&qat[qat_w(3u) + q.chan + c0 + lid], v); }
+        if (v != 0u) { atomicMax(&qat[q.amax + c0 + lid], v); }
     }
 }
 fn qat_scale_of(q: QatEntry, amax: f32) -> f32 {
     let qmax = f32((1u << (q.bits - 1u)) - 1u);
     let s0 = fq_div(amax, qmax + 0.5);  // ((qmax - qmin) / 2 = qmax + 0.5)
-    return select(select(s0, bitcast<f32>(qat_w(5u)), s0 < bitcast<f32>(qat_w(5u))), s0, fq_isnan(s0));
+    return select(select(s0, q.eps, s0 < q.eps), s0, fq_isnan(s0));
 }
 // After the loop (uniform control flow): the workgroup's channel maxima into the global amax, or for a fused
 // tensor its run's scales, codes and values.
@@ -113,7 +117,7 @@ fn qat_end(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) {
         let s = qat_scale_of(q, bitcast<f32>(atomicLoad(&qat_wm[lid])));
         qat_ws[lid] = s;
         qat_wi[lid] = fq_div(1.0, s);
-        qat_put(qat_w(7u) + q.chan + c0 + lid, bitcast<u32>(s));
+        qat_put(q.scale + c0 + lid, bitcast<u32>(s));
     }
     storageBarrier();  // (the run's weights, stored by every thread, seen by every thread)
     workgroupBarrier();
@@ -167,10 +171,9 @@ fn qat_rescale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let q = qat_entry(t, true);
     if (!q.on || q.fused) { return; }
     for (var c = lid; c < q.channels; c = c + WG) {
-        let a = qat_w(3u) + q.chan + c;
-        let s = qat_scale_of(q, bitcast<f32>(atomicExchange(&qat[a], 0u)));
-        qat_put(qat_w(7u) + q.chan + c, bitcast<u32>(s));
-        qat_put(qat_w(4u) + q.chan + c, bitcast<u32>(fq_div(1.0, s)));
+        let s = qat_scale_of(q, bitcast<f32>(atomicExchange(&qat[q.amax + c], 0u)));
+        qat_put(q.scale + c, bitcast<u32>(s));
+        qat_put(q.inv + c, bitcast<u32>(fq_div(1.0, s)));
     }
 }
 
@@ -200,12 +203,17 @@ fn qat_store_values(q: QatEntry, e: u32, c: vec4<f32>, s: vec4<f32>) {
 }
 // The scales and reciprocals of elements e .. e + 3 from the second pass's per-channel words.
 fn qat_lane_scales(q: QatEntry, e: u32) -> array<vec4<f32>, 2> {
+    let c = qat_first_channel(q, e);
+    if (!q.per_channel || e % q.L + 3u < q.L) {  // (the four lanes in one channel)
+        return array<vec4<f32>, 2>(vec4<f32>(bitcast<f32>(qat_w(q.scale + c))),
+                                   vec4<f32>(bitcast<f32>(qat_w(q.inv + c))));
+    }
     var s: vec4<f32>;
     var inv: vec4<f32>;
     for (var l = 0u; l < 4u; l++) {
-        let c = qat_first_channel(q, e + l);
-        s[l] = qat_scale(q, c);
-        inv[l] = bitcast<f32>(qat_w(qat_w(4u) + q.chan + c));
+        let cl = qat_first_channel(q, e + l);
+        s[l] = bitcast<f32>(qat_w(q.scale + cl));
+        inv[l] = bitcast<f32>(qat_w(q.inv + cl));
     }
     return array<vec4<f32>, 2>(s, inv);
 }

@@ -161,6 +161,19 @@ def test_fused_export_equals_the_second_pass(device, dtype, kw):
         check(fused)
 
 
+def test_buckets_of_two_dtypes(device):
+    """float32 and bfloat16 tensors in one optimizer (two buckets, one block numbering): both fused and not."""
+    rng = np.random.default_rng(6)
+    p = {"a": rng.standard_normal((37, 128)).astype(np.float32), "b": rng.standard_normal((9, 64)).astype(BF16),
+         "c": rng.standard_normal((5, 129)).astype(BF16), "d": rng.standard_normal(3000).astype(np.float32)}
+    spec = {"a": "int8/channel", "b": "int4/channel/values", "c": "int8/channel", "d": "int4"}
+    opt = rlx_gpu.AdamW(p, lr=1e-2, qat=spec, device=device)
+    assert len(opt.buckets) == 2 and {n for n, c in opt.qat.items() if c.fused} == {"a", "b", "d"}
+    for _ in range(3):
+        opt.step({n: rng.standard_normal(a.shape).astype(np.float32).astype(a.dtype) for n, a in p.items()})
+        check(opt)
+
+
 def test_a_step_with_every_copy_fused_adds_no_dispatch(device):
     p = {"w": np.ones((64, 256), np.float32), "b": np.ones(10, np.float32)}
     plain = rlx_gpu.AdamW(p, device=device)

@@ -124,7 +124,9 @@ def _elementwise(p: Pass, present, qat: bool = False) -> str:
     (PERF_NOTES 31). A reducing pass ends in workgroup barriers, so everything before them stays in uniform
     control flow (no early return or break on values read from read-write storage: Tint checks this, and it is
     what WGSL requires); the others return early. ``qat``: the export's variant of the pass that writes the
-    params (engine/qat.py: each stored weight noted in its channel's amax; barriers, so uniform too)."""
+    params (engine/qat.py): it walks the chunk's ``qat_runs`` (whole rows of the fused tensors, the engine's
+    blocks of the others) with a loop over the run, notes each stored weight in its channel's amax, and ends in
+    the fused tensors' export (barriers, so uniform too; it does not reduce)."""
     reads = [s for s in p.reads if s in present]
     writes = [s for s in p.writes if s in present]
     red = bool(p.reduce)
