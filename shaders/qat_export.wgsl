@@ -58,6 +58,17 @@ fn qat_entry(t: u32, live: bool) -> QatEntry {
     return q;
 }
 fn qat_first_channel(q: QatEntry, e: u32) -> u32 { return select(0u, e / q.L, q.per_channel); }
+// A thread's place in its tensor's rows (per tensor: one row, the whole tensor), moved on by a fixed stride
+// without a division per vec4: the channel c of its element and the element's offset r in that row.
+struct QatPos { c: u32, r: u32, dc: u32, dr: u32 }
+fn qat_pos(q: QatEntry, e: u32, stride: u32) -> QatPos { return QatPos(e / q.L, e % q.L, stride / q.L, stride % q.L); }
+fn qat_next(q: QatEntry, p: ptr<function, QatPos>) {
+    (*p).c += (*p).dc;
+    (*p).r += (*p).dr;
+    if ((*p).r >= q.L) { (*p).r -= q.L; (*p).c += 1u; }
+}
+// The channel of lane l of the vec4 at offset `off` after p (only where that vec4 crosses a row end: a division).
+fn qat_lane(q: QatEntry, p: QatPos, off: u32, l: u32) -> u32 { return p.c + (p.r + off + l) / q.L; }
 // The update pass's run (as active_block: x = NONE past the end, for none, and for a tensor without a grad).
 fn qat_run(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
     let b = wid.x + wid.y * nwg.x;
@@ -77,18 +88,18 @@ fn qat_flush(q: QatEntry, c0: u32, run: vec2<u32>) {
     if (run.x - c0 < QAT_SLOTS) { atomicMax(&qat_wm[run.x - c0], run.y); }
     else { atomicMax(&qat[q.amax + run.x], run.y); }
 }
-// The stored weights w of elements e .. e + 3 (lanes `keep` are padding), into the running max of their channel.
-fn qat_note(q: QatEntry, c0: u32, e: u32, w: vec4<f32>, keep: vec4<bool>, run: ptr<function, vec2<u32>>) {
+// The stored weights w of the four elements at p (lanes `keep` are padding), into the running max of their
+// channel.
+fn qat_note(q: QatEntry, c0: u32, p: QatPos, w: vec4<f32>, keep: vec4<bool>, run: ptr<function, vec2<u32>>) {
     if (!q.on) { return; }
     let m = select(bitcast<vec4<u32>>(w) & vec4<u32>(0x7fffffffu), vec4<u32>(0u), keep);  // (NaN above inf)
-    let c = qat_first_channel(q, e);
-    if (!q.per_channel || e % q.L + 3u < q.L) {  // (the four lanes in one channel)
-        if (c != (*run).x) { qat_flush(q, c0, *run); *run = vec2<u32>(c, 0u); }
+    if (p.r + 3u < q.L) {  // (the four lanes in one channel)
+        if (p.c != (*run).x) { qat_flush(q, c0, *run); *run = vec2<u32>(p.c, 0u); }
         (*run).y = max((*run).y, max(max(m.x, m.y), max(m.z, m.w)));
         return;
     }
     for (var l = 0u; l < 4u; l++) {
-        let cl = qat_first_channel(q, e + l);
+        let cl = qat_lane(q, p, 0u, l);
         if (cl != (*run).x) { qat_flush(q, c0, *run); *run = vec2<u32>(cl, 0u); }
         (*run).y = max((*run).y, m[l]);
     }
@@ -124,15 +135,17 @@ fn qat_end(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) {
     if (rows == 0u) { return; }
     let per = select(2u, 1u, q.bits == 8u);  // vec4s per code word
     let nw = (blk.z - 4u * blk.y + 4u * per - 1u) / (4u * per);
+    var pos = qat_pos(q, blk.w + 4u * per * lid, 4u * per * WG);
     for (var j = lid; j < nw; j = j + WG) {
         let i0 = blk.y + per * j;
         let e0 = blk.w + 4u * per * j;
+        let c = select(0u, pos.c - c0, q.per_channel);  // (a fused run's code words lie in one channel each)
+        qat_next(q, &pos);
         var word = 0u;
         for (var h = 0u; h < per; h++) {
             let i = i0 + h;
             if (4u * i < blk.z) {
                 let e = e0 + 4u * h;
-                let c = qat_first_channel(q, e) - c0;  // (a fused run's vec4s lie in one channel each)
                 let code = qat_code4(q, qat_load(i), tail(i, blk.z), vec4<f32>(qat_wi[c]));
                 word = word | (qat_pack(code, q.bits) << (16u * h));
                 if (q.values != 0u) { qat_store_values(q, e, code, vec4<f32>(qat_ws[c])); }
@@ -151,10 +164,12 @@ fn qat_amax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let q = qat_entry(blk.x, live);
     let c0 = qat_first_channel(q, elem0(blk, r, blk.y));
     var run = vec2<u32>(c0, 0u);
+    var pos = qat_pos(q, elem0(blk, r, blk.y + lid), 4u * WG);
     qat_begin(lid);
     for (var k = 0u; k < EPT; k++) {
         let i = blk.y + k * WG + lid;
-        if (q.on && 4u * i < blk.z) { qat_note(q, c0, elem0(blk, r, i), qat_load(i), tail(i, blk.z), &run); }
+        if (q.on && 4u * i < blk.z) { qat_note(q, c0, pos, qat_load(i), tail(i, blk.z), &run); }
+        qat_next(q, &pos);
     }
     qat_flush(q, c0, run);
     workgroupBarrier();
@@ -201,17 +216,17 @@ fn qat_store_values(q: QatEntry, e: u32, c: vec4<f32>, s: vec4<f32>) {
         qat_put(q.vals + e / 2u + 1u, p.y);
     }
 }
-// The scales and reciprocals of elements e .. e + 3 from the second pass's per-channel words.
-fn qat_lane_scales(q: QatEntry, e: u32) -> array<vec4<f32>, 2> {
-    let c = qat_first_channel(q, e);
-    if (!q.per_channel || e % q.L + 3u < q.L) {  // (the four lanes in one channel)
+// The scales and reciprocals of the vec4 at offset `off` after p, from the second pass's per-channel words.
+fn qat_lane_scales(q: QatEntry, p: QatPos, off: u32) -> array<vec4<f32>, 2> {
+    let c = select(0u, p.c, q.per_channel);
+    if (!q.per_channel || p.r + off + 3u < q.L) {  // (the four lanes in one channel)
         return array<vec4<f32>, 2>(vec4<f32>(bitcast<f32>(qat_w(q.scale + c))),
                                    vec4<f32>(bitcast<f32>(qat_w(q.inv + c))));
     }
     var s: vec4<f32>;
     var inv: vec4<f32>;
     for (var l = 0u; l < 4u; l++) {
-        let cl = qat_first_channel(q, e + l);
+        let cl = qat_lane(q, p, off, l);
         s[l] = bitcast<f32>(qat_w(q.scale + cl));
         inv[l] = bitcast<f32>(qat_w(q.inv + cl));
     }
@@ -228,14 +243,17 @@ fn qat_encode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     if (!q.on || q.fused) { return; }
     let r = rec(blk.x);
     let per = select(2u, 1u, q.bits == 8u);  // vec4s per thread and word
+    var pos = qat_pos(q, elem0(blk, r, blk.y + per * lid), 4u * per * WG);
     for (var k = 0u; k < EPT / per; k++) {
         let i0 = blk.y + per * (k * WG + lid);
         if (4u * i0 >= blk.z) { return; }
         let e = elem0(blk, r, i0);
+        let p = pos;
+        qat_next(q, &pos);
         var word = 0u;
         for (var j = 0u; j < per; j++) {
             let i = i0 + j;
-            let sc = qat_lane_scales(q, e + 4u * j);
+            let sc = qat_lane_scales(q, p, 4u * j);
             let c = qat_code4(q, qat_load(i), tail(i, blk.z), sc[1]);
             word = word | (qat_pack(c, q.bits) << (16u * j));
             if (q.values != 0u && 4u * i < blk.z) { qat_store_values(q, e + 4u * j, c, sc[0]); }

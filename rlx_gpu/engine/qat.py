@@ -44,10 +44,11 @@ def driver_lines() -> dict:
     return {"block": "qat_run(wid, nwg)",
             "before": ["    let qe = qat_entry(select(0u, blk.x, live), live);",
                        "    let qc0 = qat_first_channel(qe, blk.w);", "    var qrun = vec2<u32>(qc0, 0u);",
-                       "    qat_begin(lid);"],
+                       "    var qpos = qat_pos(qe, blk.w + 4u * lid, 4u * WG);", "    qat_begin(lid);"],
             "loop": ["    for (var i = blk.y + lid; live && 4u * i < blk.z; i = i + WG) {"],
             "elem": "blk.w + 4u * (i - blk.y)",
-            "note": ["        qat_note(qe, qc0, e, qat_stored(select(o.p, zero, keep), i), keep, &qrun);"],
+            "note": ["        qat_note(qe, qc0, qpos, qat_stored(select(o.p, zero, keep), i), keep, &qrun);",
+                     "        qat_next(qe, &qpos);"],
             "after": ["    qat_end(qe, qc0, blk, lid, qrun);"]}
 
 
@@ -127,10 +128,11 @@ class QatMixin:
         words, copies, spans = self._qat_words(specs)
         dev = self.device
         self._qat_bufs = {"qat": dev.buffer(words.nbytes, f"{name}.qat", data=words)}
-        table = run_table(self.buckets, self._total_blocks, spans)
+        self._qat_buckets = [b for b in self.buckets if b.sig.qat]  # (the exported tensors' buckets)
+        table = run_table(self._qat_buckets, self._total_blocks, spans)
         self._qat_runs = {(id(b), c): dev.buffer(max(16, 4 * blk.size), f"{b.label}.qat.runs[{c}]",
                                                  data=table[blk[:, 3]] if len(blk) else np.zeros(4, np.uint32))
-                          for b in self.buckets for c, blk in enumerate(b.layout.blocks)}
+                          for b in self._qat_buckets for c, blk in enumerate(b.layout.blocks)}
         self._qat_second = len(spans) < len(specs)  # (some tensors take the second pass in a step)
         self.qat = {nm: QuantizedCopy(self, *v) for nm, v in copies.items()}
         self._qat_refresh()
@@ -169,26 +171,27 @@ class QatMixin:
 
     def _qat_buffers(self, bucket, chunk: int) -> dict:
         """The export's bindings for one chunk's kernels (the update pass walks the chunk's ``qat_runs``)."""
-        if not self.qat:
+        if not bucket.sig.qat:
             return {}
         return dict(self._qat_bufs, qat_runs=self._qat_runs[(id(bucket), chunk)])
 
     def _max_dispatches(self) -> int:
-        chunks = sum(b.layout.num_chunks for b in self.buckets)
+        chunks = sum(b.layout.num_chunks for b in self.buckets if b.sig.qat)
         return super()._max_dispatches() + (chunks + 1 if self.qat else 0)
 
     def _qat_plan(self, refresh: bool = False) -> list:
         """(kernel, bind group, workgroups) of the export's dispatches after a step (or, ``refresh``, without one)."""
         if not self.qat:
             return []
-        b0 = self.buckets[0]
+        mine = self._qat_buckets
+        b0 = mine[0]
         out = [(self._kernel(b, "qat_amax"), self._bind("qat_amax", b, c), len(blk))
-               for b in self.buckets for c, blk in enumerate(b.layout.blocks)] if refresh else []
+               for b in mine for c, blk in enumerate(b.layout.blocks)] if refresh else []
         if not (refresh or self._qat_second):
             return out  # (the update pass exported every tensor)
         out.append((self._kernel(b0, "qat_rescale"), self._bind("qat_rescale", b0, 0), len(self.qat)))
         out += [(self._kernel(b, "qat_encode"), self._bind("qat_encode", b, c), len(blk))
-                for b in self.buckets for c, blk in enumerate(b.layout.blocks)]
+                for b in mine for c, blk in enumerate(b.layout.blocks)]
         return out
 
     @locked
