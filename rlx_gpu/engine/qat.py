@@ -38,8 +38,8 @@ def qat_load(sig) -> str:
 
 
 def driver_lines() -> dict:
-    """The update driver's variant (codegen's ``_elementwise``): its block (``qat_blocks``' run of the engine
-    block), lines before its loop, the loop over the run's vec4s, each vec4's element index, the line after each
+    """The update driver's variant (codegen's ``_elementwise``): its block (the engine block's run in
+    ``qat_runs``), lines before its loop, the loop over the run's vec4s, each vec4's element index, the line after each
     vec4's store, and the lines after the loop."""
     return {"block": "qat_run(wid, nwg)",
             "before": ["    let qe = qat_entry(select(0u, blk.x, live), live);",
@@ -56,9 +56,10 @@ class QuantizedCopy:
     """One tensor's export: ``spec`` (:class:`~rlx_gpu.core.qatspec.QatSpec`), ``codes()`` (int8 in the
     tensor's shape, int4 codes as int8 in [-8, 7]), ``packed()`` (the device words as uint8: int4 two per byte, low
     nibble first), ``scale()`` (float32 per channel), ``values()`` (the fake-quantized weights, float32, where the
-    spec asks for them), and ``binding(part)`` for ``part`` in "codes", "scale", "values": the
-    ``{"buffer", "offset", "size"}`` your own WGSL binds (codes: ``array<u32>``, four int8 or eight int4 per word;
-    scale: ``array<f32>``; values: ``array<f32>``, or ``array<u32>`` of two bfloat16)."""
+    spec asks for them), ``fused`` (whether the update pass writes it itself), and ``binding(part)`` for ``part``
+    in "codes", "scale", "values": the ``{"buffer", "offset", "size"}`` your own WGSL binds (codes:
+    ``array<u32>``, four int8 or eight int4 per word; scale: ``array<f32>``; values: ``array<f32>``, or
+    ``array<u32>`` of two bfloat16)."""
 
     def __init__(self, opt, name, spec, shape, chan, code, vals, channels, fused=False):
         self._opt, self.name, self.spec, self.shape = opt, name, spec, tuple(shape)

@@ -1,4 +1,4 @@
-"""Which exported tensors the update pass quantizes itself, and the runs its workgroups walk (``qat_blocks``).
+"""Which exported tensors the update pass quantizes itself, and the runs its workgroups walk (``qat_runs``).
 
 A scale is the amax of a whole channel (per tensor: of the whole tensor) of the *updated* weights, and WebGPU has
 no barrier across workgroups, so a workgroup can write codes in the update pass only for channels it updates
