@@ -140,7 +140,7 @@ def torch_ao_run(params, train, test, steps, lr, wd, bits):
     net = Net()
     with torch.no_grad():
         for k in ("w1", "b1", "w2", "b2"):
-            getattr(net, "fc" + k[1]).__getattr__("weight" if k[0] == "w" else "bias").copy_(torch.tensor(params[k]))
+            getattr(getattr(net, "fc" + k[1]), "weight" if k[0] == "w" else "bias").copy_(torch.tensor(params[k]))
     qc = tq.get_default_qat_qconfig("x86")
     if bits == 4:
         qc = tq.QConfig(activation=qc.activation, weight=tq.FusedMovingAvgObsFakeQuantize.with_args(
