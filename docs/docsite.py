@@ -19,6 +19,7 @@ API = {
     "rlx_gpu.reference": "the NumPy twins: each optimizer's readable specification",
     "rlx_gpu.schedules": "learning-rate schedules with torch.optim.lr_scheduler's semantics",
     "rlx_gpu.linalg": "matrix algebra on the device: GEMM, Newton-Schulz, Cholesky-QR",
+    "rlx_gpu.qat": "quantization-aware training: fake quantization, its gradients and torch.ao's observers",
     "rlx_gpu.distributed": "ZeRO-1 over torch.distributed or MPI",
     "rlx_gpu.compression": "top-k gradient compression with error feedback",
     "rlx_gpu.torch": "torch.optim.Optimizer subclasses over the same engine (needs torch)",

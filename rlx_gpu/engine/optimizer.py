@@ -131,7 +131,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         dts = [dtype_of(a.dtype) for a in arrays.values()]
         self._dtypes = dts
         self.buckets = make_buckets(dev, name, dts, [a.size for a in arrays.values()], self.precision,
-                                    self.WG * self.EPT * 4, self.spec.quantizable)
+                                    self.WG * self.EPT * 4, self.spec.quantizable, self._names)
         self._where = [None] * len(self._names)
         for b in self.buckets:
             for t in b.ids:
@@ -197,7 +197,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         if self._partials is not None:
             out["partials"] = self._partials
         out.update(self._extra_buffers(bucket, chunk))
-        out.update(self._qat_buffers())
+        out.update(self._qat_buffers(bucket, chunk))
         return out
 
     def _extra_buffers(self, bucket, chunk: int) -> dict:
