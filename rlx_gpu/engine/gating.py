@@ -90,15 +90,16 @@ class GateMixin:
 
     def _checked_row(self, key: tuple, active) -> None:
         """Make the record table on the device hold the next checked step's row for every applied count."""
-        run = self._run
-        if run is not None and (run.key != self._run_key(key, active) or run.u >= LOG - self.outcome_every):
+        run, rk = self._run, self._run_key(key, active)
+        if run is not None and (run.key != rk or run.u >= LOG - self.outcome_every):
             self._settle()
             run = None
         if run is None:
             tb, row = self._plain_row(key, active)
-            run = self._run = Run(self._run_key(key, active), row)
+            run = self._run = Run(rk, row)
             self._upload_table(tb, row, header_only=self._on_device is tb)
             return
+        run.key = rk  # (equal; the quick path compares by identity)
         tb = self._rtable
         if tb.key != key or run.row + run.u >= tb.rows:  # a new table from the run's base (the live state)
             rows = run.u + 1 + (ROWS_AHEAD if tb.key == key or tb.served > 1 else 0)
@@ -129,16 +130,20 @@ class GateMixin:
             cap = self._gate_cap
             self.device.queue.write_buffer(self._gate, ARGS_BYTE + 12 * cap, np.array(args, np.uint32))
             self._gate_args = list(args)
-        run = self._run
-        j = self._j + run.u
-        out = Outcome(self, None, j)
-        run.outcomes.append(out)
+        out = Outcome(self, None, self._j + self._run.u)
+        slot = self._outcome_copy(enc, out.index)
+        self._run.outcomes.append(out)
         self._rtable.served += 1
+        return out, slot
+
+    def _outcome_copy(self, enc, j: int):
+        """Step ``j``'s copy of the counters and log into a mappable slot, every ``outcome_every`` steps (the slot,
+        mapped once submitted; None for the other steps)."""
         if (j + 1) % self.outcome_every:
-            return out, None
+            return None
         slot = self._outcome_slot()
         enc.copy_buffer_to_buffer(self._gate, 0, slot, 0, READ_BYTES)
-        return out, slot
+        return slot
 
     def _mapped(self, slot) -> None:
         """The step that copied into ``slot`` was submitted: request its mapping."""

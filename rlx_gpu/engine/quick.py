@@ -5,7 +5,7 @@ program (pipeline, bind group, grid), its records a row of the record table alre
 torch tensors, the hyperparameters and host state as the record table expects, and an optimizer whose step is the
 engine's own (no ``_encode``/``_begin_checks``/``_after_submit`` of its own). It makes the same native calls in
 the same order as the general path (:mod:`.steps`), which it leaves to every other step: the first steps, a
-changed hyperparameter, a checked step that copies its outcomes back or finds a copy due. PERF_NOTES.md 47.
+changed hyperparameter, a checked run whose record table runs out of rows. PERF_NOTES.md 47.
 """
 from __future__ import annotations
 
@@ -26,12 +26,13 @@ class QuickMixin:
             return False
         run = self._run
         if check:
-            if run is None or tb is not self._on_device or run.row + run.u >= tb.rows or run.u >= LOG - 2 * \
-                    self.outcome_every or run.key[1] is not self._needs.get((tb.key[0], None)):
+            if run is not None and run.reads and self._j + run.u - run.reads[0].j >= self.outcome_every:
+                self._settle_old()  # (a copy of outcomes that is due)
+                run = self._run
+            if run is None or tb is not self._on_device or run.row + run.u >= tb.rows or \
+                    run.u >= LOG - self.outcome_every or run.key[1] is not self._needs.get((tb.key[0], None)):
                 return False
             j = self._j + run.u
-            if (j + 1) % self.outcome_every == 0 or (run.reads and j - run.reads[0].j >= self.outcome_every):
-                return False
         else:
             r = self._rrow
             if run is not None or not tb.holds(r, self._steps, self._scalars, self._materialized):
@@ -55,6 +56,7 @@ class QuickMixin:
             else:
                 p.dispatch_workgroups_indirect(gate, off)
         p.end()
+        slot = self._outcome_copy(enc, j) if check else None
         try:
             d.queue.submit([enc.finish()])
         except Exception as e:
@@ -64,6 +66,7 @@ class QuickMixin:
         tb.served += 1
         if check:
             run.outcomes.append(Outcome(self, None, j))
+            self._mapped(slot)
         else:
             self._steps, self._materialized, self._last_skipped = tb.steps[r + 1].copy(), list(tb.mat1), False
             self._scalars = {k: v.copy() for k, v in tb.scalars[r + 1].items()}
