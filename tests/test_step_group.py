@@ -77,3 +77,23 @@ def test_bad_input_changes_nothing(device):
     with pytest.raises(ValueError, match="shape"):
         group.step({a: grads(a, 0), b: {"u0": np.ones((4, 5), np.float32)}})  # (b's grad is wrong: a unchanged)
     assert [snapshot(o) for o in (a, b, c)] == before
+
+
+@pytest.mark.parametrize("kw", [{}, {"skip_nonfinite": True}], ids=str)
+def test_a_failed_submission_changes_nothing(kw, device, monkeypatch):
+    """A submission that fails leaves every member's host state as it was: the next steps equal a group's that
+    never failed."""
+    a, b, _, _ = pair(device, **kw)
+    a2, b2, _, _ = pair(device, **kw)
+    group, twin = StepGroup([a, b]), StepGroup([a2, b2])
+    group.step({a: grads(a, 0), b: grads(b, 0)})
+    twin.step({a2: grads(a2, 0), b2: grads(b2, 0)})
+    real = type(device).submit
+    monkeypatch.setattr(type(device), "submit", lambda self, enc: (_ for _ in ()).throw(RuntimeError("lost")))
+    with pytest.raises(RuntimeError, match="lost"):
+        group.step({a: grads(a, 1), b: grads(b, 1)})
+    monkeypatch.setattr(type(device), "submit", real)
+    for s in (1, 2):
+        group.step({a: grads(a, s), b: grads(b, s)})
+        twin.step({a2: grads(a2, s), b2: grads(b2, s)})
+    assert snapshot(a) == snapshot(a2) and snapshot(b) == snapshot(b2)

@@ -124,17 +124,14 @@ class GateMixin:
             self._on_device = tb
 
     def _record_outcome(self, enc, args: list):
-        """After a checked step's dispatches: its Outcome, and (every ``outcome_every`` steps) the copy of the
-        counters and log into a mappable slot (returned; mapped once submitted)."""
+        """After a checked step's dispatches: its Outcome (registered once submitted), and (every ``outcome_every``
+        steps) the copy of the counters and log into a mappable slot (returned; mapped once submitted)."""
         if args != self._gate_args:  # (the dispatches' arguments, which gate_step restores or zeroes each step)
             cap = self._gate_cap
             self.device.queue.write_buffer(self._gate, ARGS_BYTE + 12 * cap, np.array(args, np.uint32))
             self._gate_args = list(args)
         out = Outcome(self, None, self._j + self._run.u)
-        slot = self._outcome_copy(enc, out.index)
-        self._run.outcomes.append(out)
-        self._rtable.served += 1
-        return out, slot
+        return out, self._outcome_copy(enc, out.index)
 
     def _outcome_copy(self, enc, j: int):
         """Step ``j``'s copy of the counters and log into a mappable slot, every ``outcome_every`` steps (the slot,

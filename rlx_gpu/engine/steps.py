@@ -39,6 +39,7 @@ class StepState:
     ended: ComputePass | None = None
     binds: dict | None = None       # the gate passes' bind groups (a checked step)
     slot: object = None             # where this step copied its outcomes (mapped once submitted)
+    outcome: Outcome | None = None
 
 
 class StepMixin(QuickMixin, TableMixin, GateMixin):
@@ -200,33 +201,36 @@ class StepMixin(QuickMixin, TableMixin, GateMixin):
         st.ended.end()
 
     def _step_end(self, enc, st: StepState, submit: bool = True) -> Outcome:
-        """``st.cp``: the pass ``_step_begin`` left open, or None (suspended: a new one continues it)."""
+        """``st.cp``: the pass ``_step_begin`` left open, or None (suspended: a new one continues it). The host
+        bookkeeping waits for the submission (``_step_submitted``): a step that fails to submit changes nothing."""
         cp = st.cp or st.ended.resume(enc)
-        self._norm_taken = self.clip_grad_norm is not None
         if not st.check:
             self._encode(cp)
             cp.end()
-            if submit:
-                self._submit(enc)
-            tb = self._rtable
-            tb.served += 1
-            self._set_live(tb.state(st.row + 1, False))
-            self._rrow = st.row + 1
-            return Outcome(self, False)
-        self._gate_kernels()["gate_step"].dispatch(cp, st.binds["gate_step"], 1)
-        cp.gated = True
-        self._encode(cp)
-        cp.end()
-        outcome, st.slot = self._record_outcome(enc, cp.args)
+            st.outcome = Outcome(self, False)
+        else:
+            self._gate_kernels()["gate_step"].dispatch(cp, st.binds["gate_step"], 1)
+            cp.gated = True
+            self._encode(cp)
+            cp.end()
+            st.outcome, st.slot = self._record_outcome(enc, cp.args)
         if submit:
             self._submit(enc)
             self._step_submitted(st)
-        return outcome
+        return st.outcome
 
     def _step_submitted(self, st: StepState) -> None:
-        """After the submission of a checked step: its outcome copy's mapping requested."""
-        if st.check:
-            self._mapped(st.slot)
+        """After the step's submission: the host state advanced (an unchecked step), or the outcome registered and
+        the mapping of its copy requested (a checked one)."""
+        self._norm_taken = self.clip_grad_norm is not None
+        tb = self._rtable
+        tb.served += 1
+        if not st.check:
+            self._set_live(tb.state(st.row + 1, False))
+            self._rrow = st.row + 1
+            return
+        self._run.outcomes.append(st.outcome)
+        self._mapped(st.slot)
 
     def _after_submit(self) -> None:
         """Host work once a step is submitted and a loss scale's update committed (SOAP's decompositions); a shared

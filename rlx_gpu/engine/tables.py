@@ -92,8 +92,10 @@ class RecordTable:
 
     def holds(self, a: int, steps, scalars: dict, materialized: list) -> bool:
         """Whether a host state is this table's state after ``a`` applied steps (so row ``a`` is its next step)."""
-        return (a < self.rows and np.array_equal(steps, self.steps[a]) and materialized == self.materialized(a)
-                and all(np.array_equal(v, self.scalars[a][k]) for k, v in scalars.items()))
+        if a >= self.rows or steps.shape != self.base.steps.shape or not (steps == self.steps[a]).all():
+            return False
+        return materialized == self.materialized(a) and all(np.array_equal(v, self.scalars[a][k])
+                                                            for k, v in scalars.items())
 
 
 class TableMixin:
