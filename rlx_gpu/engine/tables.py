@@ -136,10 +136,10 @@ class TableMixin:
         base = HostState(self._steps.copy(), {k: v.copy() for k, v in self._scalars.items()},
                          list(self._materialized), self._last_skipped)
         need = self._need(key, active)
-        for s in sorted(set().union(*need)):
+        for s in sorted(set().union(*set(need))):
             self._ensure(s)
-        fresh0 = [nd - m for nd, m in zip(need, base.materialized)]
-        mat1 = [m | nd for nd, m in zip(need, base.materialized)]
+        fresh0 = [NONE if nd <= m else nd - m for nd, m in zip(need, base.materialized)]
+        mat1 = [m if nd <= m else m | nd for nd, m in zip(need, base.materialized)]
         width = 4 * self.record.size * (len(self._names) + 1)
         rows = max(1, min(rows, MAX_TABLE_BYTES // width))
         steps = np.minimum(base.steps[None, :] + np.arange(rows + 1)[:, None] * active, MAX_STEP)
@@ -179,7 +179,10 @@ class TableMixin:
             c, f = self.fill(scaled(g, self._scale[rs], self.spec.lr_keys), t_all[:, sel].reshape(-1), fr, rs)
             for k, v in c.items():
                 v = np.asarray(v)
-                cols.setdefault(k, np.zeros((R, n)))[:, sel] = v.reshape(R, m) if v.ndim else v
+                if m == n:  # (one group holds every tensor: its columns as they are)
+                    cols[k] = v
+                else:
+                    cols.setdefault(k, np.zeros((R, n)))[:, sel] = v.reshape(R, m) if v.ndim else v
             flags[:, sel] = rec.flags(R * m, dict(f, maximize=bool(g.get("maximize", False)))).reshape(R, m)
         key = tuple(mat)
         if key not in self._has_bits:
@@ -190,7 +193,7 @@ class TableMixin:
         words = {"first_block": np.tile(self._first_block, R), "num_blocks": np.tile(self._num_blocks, R)}
         if self._sr.any():
             words["rkey"] = step_keys(self.precision["rounding_seed"], steps, self._name_hash).reshape(-1)
-        recs = rec.pack(R * n, {k: v.reshape(-1) for k, v in cols.items()}, flags.reshape(-1), words)
+        recs = rec.pack(R * n, {k: v.reshape(-1) if v.ndim else v for k, v in cols.items()}, flags.reshape(-1), words)
         glob = rec.pack_global(grad_mul=self._grad_mul, inv_scale=1.0, norm_p=2.0,  # (a device loss scale sets both)
                                max_norm=self.clip_grad_norm if self.clip_grad_norm is not None else 0.0,
                                device_scale=1 if device_scale else 0)
