@@ -139,9 +139,10 @@ class Transfer:
             self._upload(items)
 
     def _upload(self, items) -> None:
-        if self.dev.host_mappable:
-            items = self._direct(items, "WRITE")
         total = sum(h.nbytes for _, _, h in items)
+        if self.dev.host_mappable and total >= SMALL:  # (below SMALL a write costs less than mapping, PERF_NOTES 49)
+            items = self._direct(items, "WRITE")
+            total = sum(h.nbytes for _, _, h in items)
         if total < SMALL:
             for buf, off, host in items:
                 if host.nbytes:
