@@ -23,6 +23,7 @@ READ_BYTES = 4 * (HEAD + LOG)
 ARGS_BYTE = READ_BYTES     # the dispatch arguments follow, then their pristine copy
 TABLE_HEAD = 16            # words before the rows in the candidate buffer: [counter offset, rows, ...]
 MASK = 0xFFFFFFFF
+ROWS_AHEAD = 32            # rows a checked run's table holds beyond its unsettled steps
 
 
 class Outcome:
@@ -184,10 +185,11 @@ class GateMixin:
         w = np.frombuffer(read.slot.read_mapped(0, READ_BYTES), np.uint32).copy()
         read.slot.unmap()
         self._slots.append(read.slot)
-        if w[3]:
-            raise RuntimeError(f"rlx_gpu: {type(self).__name__}: a checked step read past its record table "
-                               "(an engine bug; the optimizer's state is no longer known)")
         run, c, j = self._run, int(w[1]), int(w[2])
+        if w[3] or (j - read.j) & MASK:
+            raise RuntimeError(f"rlx_gpu: {type(self).__name__}: a checked step read past its record table or "
+                               "its outcome copy is not where it was recorded (an engine bug; the optimizer's state "
+                               "is no longer known)")
         done, applied = (j - self._j) & MASK, (c - self._c) & MASK
         for o in run.outcomes[:done]:
             o._skipped = bool(w[HEAD + o.index % LOG])
@@ -223,5 +225,3 @@ class GateMixin:
                                            "loss_scale": buf}) for e, k in self._gate_kernels().items()}
         return self._binds[key]
 
-
-ROWS_AHEAD = 32  # rows a checked run's table holds beyond its unsettled steps

@@ -18,60 +18,71 @@ class QuickMixin:
     """``_quick_step``: the steady state of ``step()``; False (nothing done) where the general path is needed."""
 
     def _quick_step(self, check: bool) -> bool:
-        tb, clip = self._rtable, self.clip_grad_norm
-        if tb is None or not unchanged(self.param_groups, self._validated):
+        at = self._quick_at(check)
+        if at is None:
             return False
-        if tb.key != (self._groups_version, self._scale_version, clip, 1.0, False, self.precision["rounding_seed"],
-                      None):
-            return False
-        run = self._run
-        if check:
-            if run is not None and run.reads and self._j + run.u - run.reads[0].j >= self.outcome_every:
-                self._settle_old()  # (a copy of outcomes that is due)
-                run = self._run
-            if run is None or tb is not self._on_device or run.row + run.u >= tb.rows or \
-                    run.u >= LOG - self.outcome_every or run.key[1] is not self._needs.get((tb.key[0], None)):
-                return False
-            j = self._j + run.u
-        else:
-            r = self._rrow
-            if run is not None or not tb.holds(r, self._steps, self._scalars, self._materialized):
-                return False
-        prog = self._binds.get(("quick", check, clip is not None))
+        clip = self.clip_grad_norm is not None
+        prog = self._binds.get(("quick", check, clip))
         if prog is None:
-            prog = self._binds[("quick", check, clip is not None)] = self._quick_program(check, clip is not None)
-        if check and self._gate_args != prog[1]:
+            prog = self._binds[("quick", check, clip)] = self._quick_program(check, clip)
+        if check and self._gate_args != prog[1]:  # (the pristine indirect arguments are another step's)
             return False
-        d = self.device
+        tb = self._rtable
+        slot = self._replay(prog[0], None if check else tb.words[at], at if check else None)
+        self._active, self._norm_taken, self._grad_mul = self._all_active, clip, 1.0
+        tb.served += 1
+        if check:
+            self._run.outcomes.append(Outcome(self, None, at))
+            self._mapped(slot)
+        else:
+            self._steps, self._materialized, self._last_skipped = tb.steps[at + 1].copy(), list(tb.mat1), False
+            self._scalars = {k: v.copy() for k, v in tb.scalars[at + 1].items()}
+            self._rrow = at + 1
+        return True
+
+    def _quick_at(self, check: bool):
+        """Where the next step stands when it may take the quick path: the table row of the live state (unchecked),
+        or the device's step index (checked); None otherwise (a copy of outcomes that is due is read first)."""
+        tb = self._rtable
+        if tb is None or not unchanged(self.param_groups, self._validated) or tb.key != (
+                self._groups_version, self._scale_version, self.clip_grad_norm, 1.0, False,
+                self.precision["rounding_seed"], None):
+            return None
+        run = self._run
         if not check:
-            d.queue.write_buffer(self._hyper, 0, tb.words[r])
+            r = self._rrow
+            return r if run is None and tb.holds(r, self._steps, self._scalars, self._materialized) else None
+        if run is not None and run.reads and self._j + run.u - run.reads[0].j >= self.outcome_every:
+            self._settle_old()
+            run = self._run
+        if run is None or tb is not self._on_device or run.row + run.u >= tb.rows or \
+                run.u >= LOG - self.outcome_every or run.key[1] is not self._needs.get((tb.key[0], None)):
+            return None
+        return self._j + run.u
+
+    def _replay(self, dispatches, words, j):
+        """One submission of ``dispatches`` (the records ``words`` written first, unless None); a checked step
+        ``j`` copies its outcomes when due (the slot, or None)."""
+        d = self.device
+        if words is not None:
+            d.queue.write_buffer(self._hyper, 0, words)
         enc = d.device.create_command_encoder()
         p = enc.begin_compute_pass()
-        gate = self._gate if check else None
-        for pipe, bind, x, y, off in prog[0]:
+        for pipe, bind, x, y, off in dispatches:
             p.set_pipeline(pipe)
             p.set_bind_group(0, bind)
             if off is None:
                 p.dispatch_workgroups(x, y, 1)
             else:
-                p.dispatch_workgroups_indirect(gate, off)
+                p.dispatch_workgroups_indirect(self._gate, off)
         p.end()
-        slot = self._outcome_copy(enc, j) if check else None
+        slot = self._outcome_copy(enc, j) if j is not None else None
         try:
             d.queue.submit([enc.finish()])
         except Exception as e:
             d._failed(e)
             raise RuntimeError(f"rlx_gpu: {type(self).__name__} step ({self.shader}) failed on {d.name}: {e}") from e
-        self._active, self._norm_taken, self._grad_mul = self._all_active, clip is not None, 1.0
-        tb.served += 1
-        if check:
-            run.outcomes.append(Outcome(self, None, j))
-            self._mapped(slot)
-        else:
-            self._steps, self._materialized, self._last_skipped = tb.steps[r + 1].copy(), list(tb.mat1), False
-            self._scalars = {k: v.copy() for k, v in tb.scalars[r + 1].items()}
-            self._rrow = r + 1
-        return True
+        return slot
 
     def _quick_program(self, check: bool, clip: bool) -> tuple:
         """(dispatches (pipeline, bind group, x, y, indirect offset or None), the indirect arguments) of the step
