@@ -271,7 +271,8 @@ class Optimizer(StepMixin, SparseMixin, ReduceMixin, StateMixin, HostIOMixin, To
         for b in self.buckets:
             for k, v in b.nbytes.items():
                 out[k] += v
-        out["scratch"] = self._hyper.size + sum(x.size for b in self.buckets for x in b.blocks) + self._scratch_bytes()
+        out["scratch"] = (self._hyper.size + sum(x.size for b in self.buckets for x in b.blocks) + self._scratch_bytes()
+                          + sum(b.size for b in (self._cand, getattr(self, "_gate", None)) if b is not None))
         n = sum(int(np.prod(s)) for s in self._shapes.values())
         out["state_per_param"] = out["state"] / max(1, n)
         return out
