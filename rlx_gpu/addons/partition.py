@@ -78,10 +78,10 @@ class Partition(PartitionBase, metaclass=TorchAware):
         if self._torch and grads is None:
             grads = {}
             for p in self.parts.values():
-                grads.update(p._torch_prologue(None, None)[1])
+                grads.update(p.torch_grads())
         routed = {k: None for k in self.parts} if grads is None else self._route(grads)
         if routed:
             self._group.step({self.parts[k]: g for k, g in routed.items()}, loss_scale=loss_scale)
         for k in routed:
-            self.parts[k]._torch_epilogue()
+            self.parts[k].torch_write_back()
         return loss
