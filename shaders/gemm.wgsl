@@ -2,8 +2,10 @@
 // (workgroup z = matrix), op = transpose where asked (by indexing: row-major storage throughout). Tiles of 128 x 128
 // outputs per workgroup, 8 x 8 per thread, K in steps of 8 through workgroup memory; any M, N, K (edges masked).
 // prm: [M, N, K, ta, tb, offset A, offset B, offset C, batch stride A, B, C, alpha bits, beta bits, column tiles,
-//       row tiles, batch] (elements); workgroups are numbered (matrix, row tile, column tile), flattened (a 2-D grid
-//       past the per-dimension limit).
+//       row tiles, batch, row length of A along k, of B^T along k] (elements); workgroups are numbered (matrix, row
+//       tile, column tile), flattened (a 2-D grid past the per-dimension limit). A long K is split over dispatches
+//       (rlx_gpu/linalg/record.py, KSPLIT: a slab's K, its offsets moved along k, C accumulated with beta = 1), so
+//       that no thread's k loop runs long (some drivers stop loops past 65535 iterations).
 
 @group(0) @binding(0) var<storage, read> A: array<f32>;
 @group(0) @binding(1) var<storage, read> B: array<f32>;
@@ -29,6 +31,7 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let n0 = ((g % per) % prm[13]) * TM;
     let M = prm[0]; let N = prm[1]; let K = prm[2];
     let ta = prm[3] != 0u; let tb = prm[4] != 0u;
+    let LA = prm[16]; let LB = prm[17];  // (the row length along k of A, and of B^T: K, more in a slab of a K-split)
     let abase = prm[5] + bt * prm[8];
     let bbase = prm[6] + bt * prm[9];
     var c0a = vec4<f32>(0.0); var c0b = vec4<f32>(0.0);
@@ -48,13 +51,13 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let xx = select(idx % TM, idx / TK, !ta);
             let m = m0 + xx; let k = k0 + kk;
             var va = 0.0;
-            if (m < M && k < K) { va = A[abase + select(m * K + k, k * M + m, ta)]; }
+            if (m < M && k < K) { va = A[abase + select(m * LA + k, k * M + m, ta)]; }
             As[kk * 32u + xx / 4u][xx % 4u] = va;
             let kb = select(idx / TM, idx % TK, tb);
             let yb = select(idx % TM, idx / TK, tb);
             let n = n0 + yb; let k2 = k0 + kb;
             var vb = 0.0;
-            if (n < N && k2 < K) { vb = B[bbase + select(k2 * N + n, n * K + k2, tb)]; }
+            if (n < N && k2 < K) { vb = B[bbase + select(k2 * N + n, n * LB + k2, tb)]; }
             Bs[kb * 32u + yb / 4u][yb % 4u] = vb;
         }
         workgroupBarrier();
@@ -117,6 +120,87 @@ fn frob_scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     for (var i = lid; i < n; i = i + 256u) { let v = C[base + i]; s = s + v * v; }
     let d = max(sqrt(wg_sum(lid, s)), bitcast<f32>(prm[3]));
     for (var i = lid; i < n; i = i + 256u) { C[base + i] = C[base + i] / d; }
+}
+
+// GEMMs with few outputs and a long K (M N <= 64 and K > KSPLIT: Newton-Schulz's X X^T of a very wide matrix), in
+// two passes with short loops: gemm_thin's workgroup (matrix, chunk) sums, output by output, the products over its
+// chunk of TCH k's into P[(matrix chunks + chunk) M N + output]; thin_sum adds a matrix's chunks in order and stores
+// C = alpha sum + beta C (one thread per output). prm as gemm's, and [18] the chunks per matrix.
+const TCH: u32 = 4096u;  // (16 k's a thread)
+
+@compute @workgroup_size(256)
+fn gemm_thin(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let w = wid.x + wid.y * nwg.x;
+    let chunks = prm[18];
+    if (w >= chunks * prm[15]) { return; }  // (uniform for the workgroup)
+    let M = prm[0]; let N = prm[1]; let K = prm[2];
+    let ta = prm[3] != 0u; let tb = prm[4] != 0u;
+    let LA = prm[16]; let LB = prm[17];
+    let abase = prm[5] + (w / chunks) * prm[8];
+    let bbase = prm[6] + (w / chunks) * prm[9];
+    let k0 = (w % chunks) * TCH;
+    let k1 = min(K, k0 + TCH);
+    for (var o = 0u; o < M * N; o++) {
+        let m = o / N; let n = o % N;
+        var s = 0.0;
+        for (var k = k0 + lid; k < k1; k = k + 256u) {
+            s = s + A[abase + select(m * LA + k, k * M + m, ta)] * B[bbase + select(k * N + n, n * LB + k, tb)];
+        }
+        let t = wg_sum(lid, s);
+        if (lid == 0u) { P[w * M * N + o] = t; }
+    }
+}
+
+@compute @workgroup_size(256)
+fn thin_sum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    let mn = prm[0] * prm[1];
+    if (i >= mn * prm[15]) { return; }
+    let bt = i / mn;
+    var s = 0.0;
+    for (var c = 0u; c < prm[18]; c++) { s = s + P[(bt * prm[18] + c) * mn + i % mn]; }
+    let o = prm[7] + bt * prm[10] + i % mn;
+    var x = bitcast<f32>(prm[11]) * s;
+    if (bitcast<f32>(prm[12]) != 0.0) { x = x + bitcast<f32>(prm[12]) * C[o]; }
+    C[o] = x;
+}
+
+// Frobenius scaling of a large matrix (past rlx_gpu/linalg/record.py's FROB_ONE elements) in two passes over many
+// workgroups, so that no thread's loop runs long: frob_part sums the squares of chunk j (FCH elements) of matrix z
+// into P[z parts + j]; frob_apply divides chunk j of matrix z by max(sqrt(the sum of its parts), eps). Workgroup
+// w = z parts + j. prm: [count, offset, stride, eps bits, batch, parts] (C: the matrices, P: batch * parts floats).
+const FCH: u32 = 16384u;  // (64 elements a thread)
+@group(0) @binding(4) var<storage, read_write> P: array<f32>;
+
+@compute @workgroup_size(256)
+fn frob_part(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let w = wid.x + wid.y * nwg.x;
+    if (w >= prm[4] * prm[5]) { return; }  // (uniform for the workgroup)
+    let base = prm[1] + (w / prm[5]) * prm[2];
+    let j = w % prm[5];
+    var s = 0.0;
+    let end = min(prm[0], (j + 1u) * FCH);
+    for (var i = j * FCH + lid; i < end; i = i + 256u) { let v = C[base + i]; s = s + v * v; }
+    let t = wg_sum(lid, s);
+    if (lid == 0u) { P[w] = t; }
+}
+
+@compute @workgroup_size(256)
+fn frob_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let w = wid.x + wid.y * nwg.x;
+    if (w >= prm[4] * prm[5]) { return; }
+    let parts = prm[5];
+    let z = w / parts;
+    let base = prm[1] + z * prm[2];
+    let j = w % parts;
+    var s = 0.0;
+    for (var q = lid; q < parts; q = q + 256u) { s = s + P[z * parts + q]; }
+    let d = max(sqrt(wg_sum(lid, s)), bitcast<f32>(prm[3]));
+    for (var i = j * FCH + lid; i < min(prm[0], (j + 1u) * FCH); i = i + 256u) { C[base + i] = C[base + i] / d; }
 }
 
 // A copy inside a compute pass (Newton-Schulz within an optimizer's step): C[offset C + i] = A[offset A + i].

@@ -1,8 +1,9 @@
 // Batched GEMM in float16 (rlx_gpu/linalg.py, ns_dtype="float16"): C = alpha * op(A) @ op(B) + beta * C with A, B and
 // C stored as f16, the products summed with packed f16 FMAs (vec4<f16>) over K steps of 16 and each step's partial
 // sums added into float32 accumulators; alpha and beta applied in float32, C rounded to f16 once. The same tiling and
-// prm layout as gemm.wgsl (128 x 128 outputs per workgroup, 8 x 8 per thread); inputs must be scaled so that
-// partial sums of 16 products stay well inside f16's range (Newton-Schulz's scaling: rlx_gpu/linalg.py).
+// prm layout as gemm.wgsl (128 x 128 outputs per workgroup, 8 x 8 per thread; a long K split alike); inputs must be
+// scaled so that partial sums of 16 products stay well inside f16's range (Newton-Schulz's scaling: linalg/record.py;
+// with a K split, each slab's result is rounded to f16 before the next adds to it).
 enable f16;
 
 @group(0) @binding(0) var<storage, read> A: array<f16>;
@@ -29,6 +30,7 @@ fn gemm16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let n0 = ((g % per) % prm[13]) * TM;
     let M = prm[0]; let N = prm[1]; let K = prm[2];
     let ta = prm[3] != 0u; let tb = prm[4] != 0u;
+    let LA = prm[16]; let LB = prm[17];  // (the row length along k of A, and of B^T: K, more in a slab of a K-split)
     let abase = prm[5] + bt * prm[8];
     let bbase = prm[6] + bt * prm[9];
     var acc: array<vec4<f32>, 16>;
@@ -41,13 +43,13 @@ fn gemm16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
             let xx = select(idx % TM, idx / TK, !ta);
             let m = m0 + xx; let k = k0 + kk;
             var va = f16(0.0);
-            if (m < M && k < K) { va = A[abase + select(m * K + k, k * M + m, ta)]; }
+            if (m < M && k < K) { va = A[abase + select(m * LA + k, k * M + m, ta)]; }
             As[kk * 32u + xx / 4u][xx % 4u] = va;
             let kb = select(idx / TM, idx % TK, tb);
             let yb = select(idx % TM, idx / TK, tb);
             let n = n0 + yb; let k2 = k0 + kb;
             var vb = f16(0.0);
-            if (n < N && k2 < K) { vb = B[bbase + select(k2 * N + n, n * K + k2, tb)]; }
+            if (n < N && k2 < K) { vb = B[bbase + select(k2 * N + n, n * LB + k2, tb)]; }
             Bs[kb * 32u + yb / 4u][yb % 4u] = vb;
         }
         workgroupBarrier();
@@ -139,6 +141,22 @@ fn ns16_out(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let xb = prm[1] + z * n; let cb = prm[2] + z * n;
     let s = bitcast<f32>(prm[5]);
     for (var i = lid; i < n; i = i + 256u) { X[xb + i] = f32(C[cb + i]) / s; }
+}
+
+// The same for matrices past FROB_ONE elements, one thread per element of the whole batch (their norm taken first,
+// in place in X, by gemm.wgsl's frob_part and frob_apply): prm: [batch * count, offset X, offset C, -, -, scale bits]
+@compute @workgroup_size(256)
+fn ns16_in_flat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    if (i < prm[0]) { C[prm[2] + i] = f16(X[prm[1] + i] * bitcast<f32>(prm[5])); }
+}
+
+@compute @workgroup_size(256)
+fn ns16_out_flat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    if (i < prm[0]) { X[prm[1] + i] = f32(C[prm[2] + i]) / bitcast<f32>(prm[5]); }
 }
 
 // C[offset C + i] = A[offset A + i] (f16), prm: [count, offset A, offset C]

@@ -248,3 +248,10 @@ fn kron_balance(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     for (var i = lid; i < m2; i = i + 256u) { q[b0 + i] = q[b0 + i] * f0; }
     for (var i = lid; i < n2; i = i + 256u) { sa[b1 + i] = sa[b1 + i] * f1; }
 }
+
+// A caller's probe holding inf or NaN (found on the host) fails a checked step's inf/NaN check, as such a grad does:
+// the global record's NONFINITE word (prm[0]) of the optimizer's record buffer is set, after the check and before
+// the gate. (Dispatched only then.)
+@group(0) @binding(17) var<storage, read_write> flag: array<u32>;
+@compute @workgroup_size(1)
+fn kron_nonfinite() { flag[prm[0]] = 1u; }

@@ -3,7 +3,8 @@
 //   unpack4_*    exact widening to f32
 //   pack4_*      round to nearest even (bfloat16 as ml_dtypes and torch, float16 as NumPy: overflow to inf)
 //   sr4_*        stochastic rounding with 32 random bits per element (elem_bits: a hash of a per-tensor,
-//                per-step key and the element's index in the tensor)
+//                per-step key and the element's index in the tensor); a value past the largest finite one (and
+//                inf, NaN) is rounded to nearest, so a finite value never rounds stochastically to inf
 // Part of every generated module (rlx_gpu/engine/codegen.py), ahead of the optimizer's own file.
 
 fn lowbias32(x0: u32) -> u32 {
@@ -35,8 +36,8 @@ fn rne_bf16(x: u32) -> u32 {
 }
 fn sr_bf16(x: u32, r: u32) -> u32 {
     let mag = x & 0x7fffffffu;
-    if (mag >= 0x7f800000u) { return rne_bf16(x); }  // inf, NaN
-    return ((mag + (r & 0xffffu)) >> 16u) | ((x >> 16u) & 0x8000u);
+    if (mag > 0x7f7f0000u) { return rne_bf16(x); }  // past the largest finite bfloat16, inf, NaN: to nearest
+    return ((mag + (r & 0xffffu)) >> 16u) | ((x >> 16u) & 0x8000u);  // (at most 0x7f7f: finite)
 }
 fn pack4_bf16(v: vec4<f32>) -> vec2<u32> {
     let u = bitcast<vec4<u32>>(v);
@@ -86,15 +87,14 @@ fn rne_f16(f: u32) -> u32 {
     return sgn | (((fexp - 0x38000000u) >> 13u) + (sig >> 13u));
 }
 // float16 stochastic rounding (core/lowp.py round_stochastic): normal range by a carry into 13 dropped bits,
-// below 2^-14 by the fraction of |x| * 2^24 against the top 24 random bits
+// below 2^-14 by the fraction of |x| * 2^24 against the top 24 random bits; past 65504 (the largest finite float16),
+// inf and NaN to nearest
 fn sr_f16(x: u32, r: u32) -> u32 {
     let mag = x & 0x7fffffffu;
     let sgn = (x >> 16u) & 0x8000u;
-    if (mag >= 0x7f800000u) { return rne_f16(x); }
+    if (mag > 0x477fe000u) { return rne_f16(x); }
     if (mag >= 0x38800000u) {
-        let t = (min(mag, 0x7f000000u) + (r & 0x1fffu)) >> 13u;
-        if (t >= (0x47800000u >> 13u)) { return sgn | 0x7c00u; }
-        return sgn | (t - ((127u - 15u) << 10u));
+        return sgn | (((mag + (r & 0x1fffu)) >> 13u) - ((127u - 15u) << 10u));  // (at most 0x7bff: finite)
     }
     let s = bitcast<f32>(mag) * 16777216.0;
     let m = floor(s);

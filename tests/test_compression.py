@@ -26,6 +26,20 @@ def grads(rng):
     return g
 
 
+def test_topk_arguments():
+    """issue 21 item 15: a NumPy float ratio is a number (np.float32(0.01) was refused), a bool is not (True was
+    taken as 1.0), nor is a non-bool error_feedback."""
+    assert TopK(np.float32(0.01)).ratio == float(np.float32(0.01)) and TopK(1).ratio == 1.0
+    for bad in (True, np.bool_(True), "0.1", None):
+        with pytest.raises(TypeError, match="ratio must be a number"):
+            TopK(bad)
+    for bad in (0.0, np.float64(1.5), float("nan"), -0.1):
+        with pytest.raises(ValueError, match=r"ratio must be in \(0, 1\]"):
+            TopK(bad)
+    with pytest.raises(TypeError, match="error_feedback must be True or False"):
+        TopK(0.1, "no")
+
+
 def test_spec_itself():
     assert topk_count(0.01, 150) == 2 and topk_count(0.01, 10) == 1 and topk_count(1.0, 7) == 7
     x = np.array([1, -3, 3, np.nan, 0, -np.inf, 3], np.float32)

@@ -100,6 +100,83 @@ def test_missing_include_fails_loudly(tmp_path, monkeypatch):
         source.load_source.cache_clear()
 
 
+COUNT_WG = """@group(0) @binding(0) var<storage, read_write> n: array<atomic<u32>>;
+@compute @workgroup_size(1) fn main() { atomicAdd(&n[0], 1u); }"""
+
+
+@pytest.mark.gpu
+def test_program_groups_must_be_one_to_three_integers(device):
+    """issue 21 item 11: a float (2.7 dispatched 2 workgroups), a string, a bool and a 4-tuple (its fourth value was
+    dropped) are refused before anything is recorded; NumPy integers are integers."""
+    prog = rlx_gpu.Program(device, COUNT_WG, "main")
+    buf = device.buffer(16, "count")
+    count = lambda: int(device.read(buf, out=np.zeros(4, np.uint32))[0])  # noqa: E731
+    for bad, err in ((2.7, TypeError), ("3", TypeError), (True, TypeError), ((1, 1, 1, 2), ValueError),
+                     ((), ValueError), ((2, 1.5), TypeError), ([2], TypeError), (0, ValueError), ((1, -1), ValueError)):
+        with pytest.raises(err, match="groups"):
+            prog(bad, n=buf)
+    assert count() == 0
+    prog(np.int64(3), n=buf)
+    prog((2, np.uint32(2)), n=buf)
+    assert count() == 7
+
+
+@pytest.mark.gpu
+def test_program_refuses_what_it_cannot_bind(device):
+    """issue 21 item 15: bytes as the source (was AttributeError: 'bytes' ... encode) and an entry point using a
+    var<uniform> or a texture (was "failed to compile") are clear errors naming what is wrong; a uniform that the
+    entry point does not use is no obstacle; a missing buffer leaves the encoder usable."""
+    with pytest.raises(TypeError, match="code must be a str"):
+        rlx_gpu.Program(device, COUNT_WG.encode(), "main")
+    with pytest.raises(TypeError, match="entry must be a str"):
+        rlx_gpu.Program(device, COUNT_WG, b"main")
+    uni = ("@group(0) @binding(1) var<uniform> k: vec4<f32>;\n@group(0) @binding(0) var<storage, read_write> x: "
+           "array<f32>;\n@compute @workgroup_size(1) fn main() { x[0] = k.x; }\n"
+           "@compute @workgroup_size(1) fn other() { x[0] = 1.0; }\n")
+    with pytest.raises(ValueError, match=r"binding 'k' \(@group\(0\) @binding\(1\)\) is var<uniform>.*storage"):
+        rlx_gpu.Program(device, uni, "main")
+    tex = "@group(1) @binding(0) var t: texture_2d<f32>;\n" + uni.replace("k.x", "textureLoad(t, vec2<i32>(0), 0).x")
+    with pytest.raises(ValueError, match="binding 't' .*texture or sampler"):
+        rlx_gpu.Program(device, tex, "main")
+    other = rlx_gpu.Program(device, uni, "other")  # (k unused: fine)
+    enc = device.encoder()
+    with pytest.raises(KeyError, match="no buffer for binding"):
+        other.record(enc, 1)
+    buf = device.buffer(16, "x")
+    other.record(enc, 1, x=buf)
+    device.submit(enc)
+    assert device.read(buf, out=np.zeros(4, np.float32))[0] == 1.0
+
+
+@pytest.mark.gpu
+def test_module_and_pipeline_caches_are_bounded(device):
+    """issue 21 item 16: Programs of distinct sources (500 grew memory by 68 MB) keep at most the device's
+    PIPELINES_KEPT pipelines and MODULES_KEPT modules; past that, resident memory stays flat (here under 6 MB over
+    250 more programs; without the bound 13 MB on llvmpipe)."""
+    import gc
+    code = COUNT_WG.replace("1u);", "NNNu);").replace("{", "{{").replace("}", "}}").replace("NNN", "{}")
+
+    def rss_mb():
+        with open("/proc/self/status") as f:
+            return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS")) / 1024
+
+    for k in range(getattr(devmod, "PIPELINES_KEPT", 256)):
+        rlx_gpu.Program(device, code.format(k + 1), "main")
+    gc.collect()
+    before = rss_mb()
+    for k in range(250):
+        rlx_gpu.Program(device, code.format(k + 10 ** 6), "main")
+    gc.collect()
+    grown = rss_mb() - before
+    assert grown < 6.0, grown
+    assert len(device._shared["pipelines"]) <= devmod.PIPELINES_KEPT
+    assert len(device._shared["modules"]) <= devmod.MODULES_KEPT
+    prog = rlx_gpu.Program(device, code.format(1), "main")  # (evicted: compiled again, and it works)
+    buf = device.buffer(16, "count")
+    prog(2, n=buf)
+    assert int(device.read(buf, out=np.zeros(4, np.uint32))[0]) == 2
+
+
 @pytest.mark.gpu
 def test_out_of_memory_is_a_python_error(device):
     with pytest.raises(MemoryError, match="could not allocate"):

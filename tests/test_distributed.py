@@ -108,9 +108,11 @@ def test_refuses_what_it_cannot_shard():
         ZeroRedundancyOptimizer({"w": np.ones(3, np.float32)}, optimizer_class=rlx_gpu.SparseAdam)
     with pytest.raises(TypeError, match="grad_compression must be None or rlx_gpu.compression.TopK"):
         ZeroRedundancyOptimizer({"w": np.ones(3, np.float32)}, grad_compression=0.01)
-    for bad in (0.0, 1.5, "1%"):
+    for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match="ratio must be in"):
             TopK(bad)
+    with pytest.raises(TypeError, match="ratio must be a number"):
+        TopK("1%")
 
 
 def test_checkpoints_reshard_2_to_3_to_1(tmp_path):
@@ -288,3 +290,119 @@ def test_the_bench_script_runs(tmp_path):
         assert 0.49 < got["state_ratio"] < 0.52 and got["numel"] == 5000  # (arena padding)
         assert all(v > 0 for v in got["topk_0.01"].values())
         assert {"download_grads", "reduce_scatter", "upload_and_step", "all_gather_params"} <= set(got["uncompressed"])
+
+
+def _rewrite(src, dst, change):
+    """A copy of rank file ``src`` at ``dst`` with ``change(members, meta)`` applied (to both, in place)."""
+    import json
+    with np.load(src) as z:
+        members = {k: z[k] for k in z.files}
+    meta = json.loads(bytes(members.pop("__meta__")).decode())
+    change(members, meta)
+    members["__meta__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez(dst, **members)
+
+
+def _tampered(tmp_path, ck) -> dict:
+    """Copies of a 2-rank LAMB checkpoint, each with one rank file tampered with or corrupted: variant -> (path, the
+    file an error must name)."""
+    import shutil
+    out = {}
+    variants = {
+        "range": (1, lambda z, m: m.update(range=[0, 245])),  # (rank 1's state would land over rank 0's range)
+        "param": (0, lambda z, m: z.update({"param/1": np.float32(3.0)})),  # (broadcast on rank 0, refused on 1)
+        "state": (1, lambda z, m: z.update({"tstate/b/exp_avg": np.zeros(10, np.float32)})),
+        "stranger": (1, lambda z, m: z.update({"tstate/a/exp_avg": np.zeros((37, 5), np.float32)})),  # (rank 0's)
+        "steps": (0, lambda z, m: m.update(steps={"a": -1})),
+        "json": (1, None), "cut": (0, None), "zeroed": (1, None), "pickle": (0, None),
+    }
+    for name, (rank, change) in variants.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        for r in (0, 1):
+            shutil.copy(f"{ck}.rank{r}-of-2.npz", folder / f"ck.rank{r}-of-2.npz")
+        f = folder / f"ck.rank{rank}-of-2.npz"
+        if change is not None:
+            _rewrite(f"{ck}.rank{rank}-of-2.npz", f, change)
+        elif name == "json":
+            with np.load(f) as z:
+                members = {k: z[k] for k in z.files}
+            members["__meta__"] = np.frombuffer(b'{"format": "rlx_gpu.zero", "version": 2, ', np.uint8)
+            np.savez(f, **members)
+        elif name == "cut":
+            f.write_bytes(f.read_bytes()[:2000])
+        elif name == "zeroed":
+            f.write_bytes(bytes(f.stat().st_size))
+        else:  # (a pickle where a .npz was: np.load would need allow_pickle)
+            f.write_bytes(b"\x80\x04\x95" + bytes(64))
+        out[name] = (folder / "ck", f)
+    return out
+
+
+def test_tampered_or_corrupted_rank_files_are_refused_by_every_rank(tmp_path):
+    """issue 21 items 8 and 14: every rank reads and checks every rank's file before any changes anything, and the
+    ranks agree: a range changed to [0, n) (was accepted, rank 1's state over rank 0's), a param replaced by a scalar
+    (was broadcast on rank 0 and refused on rank 1 naming another tensor), a state of the wrong shape or of a tensor
+    the rank does not hold, a negative step count, broken JSON, a cut file, a zeroed one, a pickle (raw BadZipFile,
+    JSONDecodeError, "could not broadcast", "pickled (object) data" before) are each a ValueError naming the file,
+    in single_process_state and on both ranks of a restore, which change nothing and can still step together."""
+    from rlx_gpu.distributed import read_shards, single_process_state
+    run(tmp_path, 2, "LAMB", 2, {}, 0, "-", tmp_path / "ck")
+    params, _ = single_process_state(tmp_path / "ck")  # (the genuine files read)
+    assert set(params) == set(SHAPES)
+    bad = _tampered(tmp_path, tmp_path / "ck")
+    for name, (path, f) in bad.items():
+        for read in (single_process_state, read_shards):
+            with pytest.raises(ValueError) as e:
+                read(path)
+            assert str(e.value).startswith(str(f)), (name, str(e.value))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
+           str(tmp_path / "zero.npz"), "LAMB", "0", "{}", "0", ",".join(str(p) for p, _ in bad.values()), "-", "-1",
+           "refused"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text[-3000:]
+    for rank in (0, 1):
+        for name, (path, f) in bad.items():
+            assert f"rank {rank}: REFUSED unchanged: {f}" in text, (rank, name, text[-3000:])
+        assert f"rank {rank}: STEPPED" in text and "CHANGED" not in text and "RESTORED" not in text
+    # files that read well but whose part one rank's optimizer refuses (here a stand-in that raises, on rank 1):
+    # that rank says why, the other, which had loaded its part, puts back what it held
+    cmd[-4] = str(tmp_path / "ck")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, ZERO_REFUSE_RANK="1"))
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text[-3000:]
+    assert f"rank 1: REFUSED unchanged: {tmp_path / 'ck'}: refused for the test" in text, text[-3000:]
+    assert "rank 0: REFUSED unchanged: ZeroRedundancyOptimizer.restore (rank 0): another rank refused" in text
+    assert "rank 0: STEPPED" in text and "rank 1: STEPPED" in text and "CHANGED" not in text
+
+
+@pytest.fixture
+def one_rank():
+    """A process group of this process alone (gloo over an in-memory store), for what needs no second rank."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_failed_save_leaves_no_temporary(tmp_path, monkeypatch, one_rank):
+    """issue 21 item 10: a ZeRO save on a full disk left its tmp*.npz beside the rank file; now the temporary is
+    removed on the error path and the previous file stays."""
+    from rlx_gpu.distributed import ZeroRedundancyOptimizer
+    zero = ZeroRedundancyOptimizer({"w": np.ones(50, np.float32)}, device="cpu")
+    zero.step({"w": np.ones(50, np.float32)})
+    zero.save(tmp_path / "ck")
+    old = (tmp_path / "ck.rank0-of-1.npz").read_bytes()
+    zero.step({"w": np.ones(50, np.float32)})
+
+    def full(f, **kw):
+        f.write(b"x" * 1000)
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(np, "savez", full)
+    with pytest.raises(OSError, match="No space left"):
+        zero.save(tmp_path / "ck")
+    assert [p.name for p in tmp_path.iterdir()] == ["ck.rank0-of-1.npz"]
+    assert (tmp_path / "ck.rank0-of-1.npz").read_bytes() == old

@@ -148,6 +148,53 @@ def test_around_the_step(device, tmp_path):
     partition_with_adamw(rlx_gpu.Kron, Twin, p0, device, rng, atol=1e-6)
 
 
+@pytest.mark.parametrize("checked", ["skip_nonfinite", "gradscaler", "partition"])
+def test_a_nonfinite_probe_skips_a_checked_step(device, checked):
+    """issue 21 item 5: with skip_nonfinite (or a GradScaler, or in a Partition) and finite grads, a caller's probe
+    with a NaN (or inf) element skips the step as such a grad does (before: 52 NaN factor entries, 24 NaN params,
+    last_step_skipped False); the GPU class and the twin alike, and the next step with a finite probe matches."""
+    p0 = params(SHAPES, 7)
+
+    def poisoned():  # (step 2's and step 4's first probe of 'b' hold a NaN, an inf: the steps s = 1 and 4 below)
+        bad = {2: np.nan, 4: np.inf}
+
+        def probe(name, shape, step):
+            v = np.full(shape, 0.5, np.float32) + np.arange(np.prod(shape), dtype=np.float32).reshape(shape) * 1e-3
+            if name == "b" and step in bad:
+                v[3, 4] = bad.pop(step)
+            return v
+        return probe
+
+    opts = dict(lr=1e-2, precond_update_prob=1.0, skip_nonfinite=checked != "gradscaler")
+    if checked == "partition":
+        gpu = rlx_gpu.Partition(p0, lambda n, s: "k" if n != "c" else "adamw",
+                                {"k": (rlx_gpu.Kron, dict(lr=1e-2, precond_update_prob=1.0, probe=poisoned())),
+                                 "adamw": (rlx_gpu.AdamW, {})}, skip_nonfinite=True, device=device)
+        kron = gpu.parts["k"]
+    else:
+        gpu = kron = rlx_gpu.Kron(p0, device=device, probe=poisoned(), **opts)
+    twin = Twin({n: v for n, v in p0.items() if n != "c" or checked != "partition"}, probe=poisoned(), **opts)
+    scaler = rlx_gpu.GradScaler(init_scale=1.0, growth_interval=1000) if checked == "gradscaler" else None
+    rng = np.random.default_rng(2)
+    for s in range(5):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
+        before = snapshot(kron)
+        if scaler is not None:
+            scaler.step(gpu, g)
+            twin.step(g, loss_scale=1.0)
+        else:
+            gpu.step(g)
+            twin.step({n: v for n, v in g.items() if n in twin.params})
+        skipped = s in (1, 4)
+        assert gpu.last_step_skipped == twin.last_step_skipped == skipped, s
+        if skipped:
+            assert snapshot(kron) == before
+        for n in twin.params:
+            got = gpu.read_params()[n]
+            assert np.isfinite(got).all()
+            np.testing.assert_allclose(got, twin.params[n], atol=1e-6, err_msg=f"{s} {n}")
+
+
 def test_bad_input(device):
     good = np.ones((4, 4), np.float32)
     with pytest.raises(ValueError, match=r"'v' has shape \(5,\)"):

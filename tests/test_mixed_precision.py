@@ -183,6 +183,45 @@ def test_stochastic_rounding_is_unbiased(dtype, device):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_stochastic_rounding_never_rounds_a_finite_value_to_inf(dtype, device):
+    """issue 21 item 3: a float32 result just past the largest finite value (float16 65504 + 10; bfloat16 max +
+    max/1000), positive or negative, is stored as that largest value, as round to nearest stores it (before, 31% and
+    26% of the elements became inf); one far enough past it that round to nearest overflows is inf as before, inf
+    and NaN are kept, and just below the maximum both neighbours are still drawn. The GPU and the twin agree bit for
+    bit on the CPU adapter."""
+    dt = DT[dtype]
+    mx = np.float32(np.finfo(dt.np).max)
+    step = np.float32(10.0) if dtype == "float16" else mx / np.float32(1000)
+    big = np.float32(24.0) if dtype == "float16" else np.float32(1.5 * 2.0 ** 119)  # (past max + half a spacing)
+    n = 10_000
+    bits = np.random.default_rng(3).integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+    for sign in (1, -1):
+        edge = np.full(n, sign * (mx + step), np.float32)
+        got = round_stochastic(edge, dt, bits)
+        assert np.isfinite(got.astype(np.float32)).all() and (got.astype(np.float32) == sign * mx).all()
+        assert (np.isinf(round_stochastic(np.full(n, sign * (mx + big), np.float32), dt, bits))).all()
+    special = np.array([np.inf, -np.inf, np.nan], np.float32)
+    kept = round_stochastic(special, dt, bits[:3]).astype(np.float32)
+    assert kept[0] == np.inf and kept[1] == -np.inf and np.isnan(kept[2])
+    below = (np.array([mx], np.float32).astype(dt.np).view(np.uint16) - np.uint16(1)).view(dt.np).astype(np.float32)[0]
+    mid = np.full(n, below + (mx - below) / np.float32(2), np.float32)
+    assert set(np.unique(round_stochastic(mid, dt, bits).astype(np.float32))) == {below, mx}
+    # on the device: an SGD step p - lr * g from p = +-max
+    p0 = np.concatenate([np.full(n // 2, mx), np.full(n // 2, -mx)]).astype(dt.np)
+    g = np.concatenate([np.full(n // 2, -step), np.full(n // 2, step)]).astype(np.float32)
+    kw = dict(lr=1.0, stochastic_rounding=True, grad_dtype="float32")
+    opt = rlx_gpu.SGD({"w": p0}, **kw, device=device)
+    twin = rlx_gpu.reference.SGD({"w": p0}, **kw)
+    for o in (opt, twin):
+        o.step({"w": g})
+    out = opt.params["w"].numpy()
+    assert not np.isinf(out.astype(np.float32)).any()
+    np.testing.assert_array_equal(out.astype(np.float32), p0.astype(np.float32))
+    if exact(device):
+        np.testing.assert_array_equal(out.view(np.uint16), twin.params["w"].view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("cls_name", ["AdamW", "SGD", "Adafactor"])
 def test_master_trajectory_is_the_float32_optimizers(cls_name, dtype, device):
     """The float32 master copy follows exactly the float32 optimizer's trajectory on the same grads (bit for bit

@@ -57,6 +57,63 @@ def test_matmul_device_tensors_and_errors(device):
         linalg.newton_schulz_orth(np.ones((3, 4), np.float32), ns_steps=100, device=device)
 
 
+@pytest.mark.parametrize("K", [52430, 70000, 600000])
+def test_matmul_with_a_long_k(K, device):
+    """issue 21 item 4: on Mesa 22.3.6's lavapipe, whose loops stop after 65,535 iterations, matmul(ones((1, K)),
+    ones((K, 1))) gave 52429 for every K >= 52430: a K past linalg's KSPLIT is now summed in short loops (few
+    outputs: chunks over many workgroups, then their sum; more outputs: slabs of KSPLIT accumulated into C), every
+    transpose; random operands against float64 NumPy (2e-5 of the largest |entry| times sqrt(K / 1000): sums of K
+    float32 products in another order)."""
+    ones = np.ones((1, K), np.float32)
+    for a, b, ta, tb in ((ones, ones.T.copy(), False, False), (ones.T.copy(), ones.T.copy(), True, False),
+                         (ones, ones, False, True)):
+        assert linalg.matmul(a, b, transpose_a=ta, transpose_b=tb, device=device).ravel().tolist() == [K]
+    rng = np.random.default_rng(K)
+    m, n = (3, 5) if K > 60000 else (9, 11)  # (15 outputs: chunks; 99: slabs)
+    for ta, tb in ((False, False), (True, True)):
+        a = rng.standard_normal((K, m) if ta else (m, K)).astype(np.float32)
+        b = rng.standard_normal((n, K) if tb else (K, n)).astype(np.float32)
+        ref = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+        got = linalg.matmul(a, b, transpose_a=ta, transpose_b=tb, device=device)
+        assert np.abs(got - ref).max() <= 2e-5 * np.abs(ref).max() * np.sqrt(K / 1000)
+    if "shader-f16" in device.features and K < 60000:  # (f16: slabs, each rounded to f16; sums of ones stay exact)
+        h = linalg.matmul(np.ones((1, 20000), np.float16), np.ones((20000, 1), np.float16), device=device)
+        assert h.ravel().tolist() == [20000.0]
+
+
+def test_a_muon_step_on_a_very_wide_matrix(device):
+    """issue 21 item 4: a Muon step on a (2, 600000) matrix (81% off the twin on Mesa 22.3.6 before: X X^T has
+    K = 600,000) against the twin (params 2e-6, as test_muon_against_torch_and_twin); and the Frobenius scaling of
+    matrices past FROB_ONE elements (two passes: one workgroup a matrix looped past 65,535 times) against NumPy."""
+    rng = np.random.default_rng(5)
+    p0 = {"w": (rng.standard_normal((2, 600_000)) * 0.01).astype(np.float32)}
+    gpu, twin = rlx_gpu.Muon(p0, lr=0.02, device=device), rlx_gpu.reference.Muon(p0, lr=0.02)
+    g = {"w": rng.standard_normal((2, 600_000)).astype(np.float32)}
+    gpu.step(g)
+    twin.step(g)
+    np.testing.assert_allclose(gpu.params["w"].numpy(), twin.params["w"], rtol=0, atol=2e-6)
+    x = rng.standard_normal((2, 4_600_000)).astype(np.float32)
+    want = x / np.linalg.norm(x.astype(np.float64))
+    assert np.abs(linalg.newton_schulz_orth(x, ns_steps=0, device=device) - want).max() <= 1e-6 * np.abs(want).max()
+    if "shader-f16" in device.features:
+        got = linalg.newton_schulz_orth(x, ns_steps=0, ns_dtype="float16", device=device)
+        assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
+
+
+def test_matmul_operand_past_the_max_binding(device):
+    """issue 21 item 13: an operand past the max storage binding was a raw wgpu error; it is a ValueError naming
+    the operand, before anything is uploaded (a result past it, likewise)."""
+    big = np.zeros((device.max_storage_binding // 4096 + 1, 1024), np.float32)
+    with pytest.raises(ValueError, match=r"rlx_gpu.linalg: a holds \d+ bytes, more than one storage binding"):
+        linalg.matmul(big, np.ones((1024, 2), np.float32), device=device)
+    with pytest.raises(ValueError, match=r"b holds \d+ bytes"):
+        linalg.matmul(np.ones((2, big.shape[0]), np.float32), big, device=device)
+    with pytest.raises(ValueError, match="the result .* does not fit one storage binding"):
+        linalg.matmul(np.ones((big.shape[0], 1), np.float32), np.ones((1, 1024), np.float32), device=device)
+    with pytest.raises(ValueError, match="x holds"):
+        linalg.newton_schulz_orth(big, device=device)
+
+
 @pytest.mark.parametrize("shape", [(64, 64), (100, 30), (30, 100), (130, 70), (3, 5, 7), (12, 20, 33), (1, 1, 9)])
 def test_newton_schulz_against_numpy(shape, device):
     g = np.random.default_rng(len(shape) + shape[-1]).standard_normal(shape).astype(np.float32)

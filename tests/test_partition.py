@@ -143,6 +143,14 @@ def test_bad_input(device):
         rlx_gpu.Partition(params(), label, {str(i): (rlx_gpu.SGD, {}) for i in range(5)}, device=device)
     with pytest.raises(TypeError, match="'b' must be a NumPy array"):
         rlx_gpu.Partition({**params(), "b": [1.0, 2.0]}, label, PARTS, device=device)
+    # issue 21 item 15: a part name that cannot name its file (save wrote part of the checkpoint, then failed)
+    for bad in ({"mu/on": PARTS["muon"], "adamw": PARTS["adamw"]}, {"": PARTS["muon"], "adamw": PARTS["adamw"]},
+                {"muon": PARTS["muon"], "ad\0amw": PARTS["adamw"]}):
+        with pytest.raises(ValueError, match="cannot name its checkpoint file"):
+            rlx_gpu.Partition(params(), lambda n, s, b=bad: list(b)[label(n, s) == "adamw"], bad, device=device)
+    with pytest.raises(ValueError, match="would share"):
+        rlx_gpu.Partition(params(), lambda n, s: 1 if label(n, s) == "muon" else "1",
+                          {1: PARTS["muon"], "1": PARTS["adamw"]}, device=device)
     part = rlx_gpu.Partition(params(), label, PARTS, device=device)
     before = part.read_params()
     with pytest.raises(KeyError, match="unknown tensor"):

@@ -177,6 +177,16 @@ def test_from_torch_embedding(device):
     np.testing.assert_allclose(gpu.params["w"].numpy(), emb.weight.detach().numpy(), rtol=2e-6, atol=1e-7)
 
 
+def test_from_torch_refuses_a_meta_tensor():
+    """issue 21 item 15: a sparse tensor on torch's meta device (no values: torch's NotImplementedError before) is a
+    ValueError saying so; a dense tensor a TypeError."""
+    meta = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.ones(2, 3), (4, 3)).to("meta")
+    with pytest.raises(ValueError, match="meta device"):
+        rlx_gpu.RowSparse.from_torch(meta)
+    with pytest.raises(TypeError, match="sparse COO tensor"):
+        rlx_gpu.RowSparse.from_torch(torch.ones(4, 3))
+
+
 def test_torch_drop_in_takes_sparse_grads(device):
     """rlx_gpu.torch.SparseAdam over nn.Embedding(sparse=True): its sparse .grad is taken as a RowSparse."""
     emb = torch.nn.Embedding(20, 4, sparse=True)
@@ -210,3 +220,53 @@ def test_empty_first_step_then_state_dict_and_uploaded_grads_with_momentum(devic
     with pytest.raises(ValueError, match="pass the RowSparse to step"):
         sgd.step(up)
     assert snapshot(sgd) == before
+
+
+@pytest.mark.parametrize("uploaded", [False, True], ids=["host", "upload_sparse"])
+def test_70000_repeats_of_one_row(device, uploaded):
+    """issue 21 item 4: SGD(lr=1) with 70,000 entries of row 2 (on Mesa 22.3.6's lavapipe, whose loops stop after
+    65,535 iterations, row 2 ended at -65535, not -70000): each thread adds at most RUN entries a dispatch, a row with
+    more continues in the next, in order, so the GPU equals the twin and torch bit for bit (ones: exactly -70000;
+    random values: the same fused multiply-adds in the same order); other rows keep their own few entries."""
+    n = 70_000  # (past 65,535; rlx_gpu.core.sparse.RUN entries a thread, 18 dispatches for the one row)
+    for vals in (np.ones((n, 2), np.float32), np.random.default_rng(3).standard_normal((n + 3, 2)).astype(np.float32)):
+        idx = np.full(len(vals), 2)
+        idx[-3:] = [0, 4, 0] if len(vals) > n else 2
+        p0 = np.zeros((5, 2), np.float32)
+        gpu, twin = rlx_gpu.SGD({"w": p0}, lr=1.0, device=device), rlx_gpu.reference.SGD({"w": p0}, lr=1.0)
+        g = rlx_gpu.RowSparse(idx, vals)
+        gpu.step(gpu.upload_sparse({"w": g}) if uploaded else {"w": g})
+        twin.step({"w": g})
+        w = torch.zeros(5, 2)
+        w.add_(torch.sparse_coo_tensor(torch.from_numpy(idx)[None], torch.from_numpy(vals), (5, 2)), alpha=-1.0)
+        got = gpu.params["w"].numpy()
+        if len(vals) == n:
+            assert (got[2] == -70000.0).all() and not got[[0, 1, 3, 4]].any()
+        np.testing.assert_array_equal(got, twin.params["w"])
+        np.testing.assert_array_equal(got, w.numpy())
+
+
+def test_a_sparse_step_past_the_max_binding_and_after_it(device):
+    """issue 21 item 12: SparseAdam touching every row of a table whose values pass the real max storage binding
+    (33,000 rows of 1,024: 135 MB; wgpu's binding-size RuntimeError before, and the oversized values buffer kept, so
+    that every later sparse step on the tensor failed, a one-row one too): the values go to the device in parts
+    that each fit, the step equals the twin on those rows (each row's update is its own), and a one-row step
+    follows."""
+    rows, L = 33_000, 1024
+    assert rows * L * 4 > device.max_storage_binding
+    p0 = np.zeros((rows, L), np.float32)
+    p0[:, 0] = np.arange(rows, dtype=np.float32) / rows
+    opt = rlx_gpu.SparseAdam({"emb": p0}, lr=0.01, device=device)
+    vals = np.empty((rows, L), np.float32)
+    vals[...] = np.linspace(-1.0, 1.0, L, dtype=np.float32)
+    vals[:, 1] = p0[:, 0]
+    opt.step({"emb": rlx_gpu.RowSparse(np.arange(rows), vals)})
+    sample = np.r_[0:5, 16380:16390, 32760:32775, rows - 5:rows]  # (either side of the parts' boundary)
+    twin = rlx_gpu.reference.SparseAdam({"emb": p0[sample]}, lr=0.01)
+    twin.step({"emb": rlx_gpu.RowSparse(np.arange(sample.size), vals[sample])})
+    got = opt.params["emb"].numpy()
+    np.testing.assert_array_equal(got[sample], twin.params["emb"])
+    opt.step({"emb": rlx_gpu.RowSparse(np.array([3]), np.ones((1, L), np.float32))})
+    twin.step({"emb": rlx_gpu.RowSparse(np.array([3]), np.ones((1, L), np.float32))})  # (sample[3] is row 3)
+    np.testing.assert_array_equal(opt.params["emb"].numpy()[sample], twin.params["emb"])
+    del got, vals, opt

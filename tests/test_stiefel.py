@@ -167,6 +167,39 @@ def test_bad_input(device):
     assert np.array_equal(opt.read_params()["w"], good)
 
 
+@pytest.mark.parametrize("manifold", ["euclidean", "canonical"])
+def test_points_off_the_manifold_are_refused_everywhere(device, tmp_path, manifold):
+    """issue 21 item 6: write_params, load_state_dict(params=) and restore refuse an X with |X^T X - I| large (76
+    was taken; the Cayley step then kept it there), as the constructor and load do, naming the tensor and changing
+    nothing, on the GPU class and the twin."""
+    rng = np.random.default_rng(8)
+    x0 = {"w": point(rng, 8, 3), "v": point(rng, 5, 2)}
+    bad = {"w": (x0["w"] * 5.0).astype(np.float32)}
+    gpu = rlx_gpu.StiefelSGD(x0, momentum=0.5, manifold=manifold, device=device)
+    twin = Twin(x0, momentum=0.5, manifold=manifold)
+    for o in (gpu, twin):
+        o.step({"w": rng.standard_normal((8, 3)).astype(np.float32)})
+    gpu.save(tmp_path / "good.npz")
+    off = Twin(x0, momentum=0.5, manifold=manifold)
+    off.load_state_dict(twin.state_dict())
+    off.params["w"][...] = bad["w"]  # (a file holding an off-manifold point, as tampering would make one)
+    off.save(tmp_path / "off.npz")
+    for o in (gpu, twin):
+        before = (o.read_params(), o.state_dict())
+        with pytest.raises(ValueError, match="write_params: 'w' is not on the Stiefel manifold"):
+            o.write_params(bad)
+        with pytest.raises(ValueError, match="'w' is not on the Stiefel manifold"):
+            o.load_state_dict(o.state_dict(), params={**before[0], **bad})
+        with pytest.raises(ValueError, match="off.npz.*'w' is not on the Stiefel manifold"):
+            o.restore(tmp_path / "off.npz")
+        after = (o.read_params(), o.state_dict())
+        assert all(np.array_equal(before[0][n], after[0][n]) for n in x0) and list(after[1]["state"]) == ["w"]
+        assert np.array_equal(before[1]["state"]["w"]["momentum_buffer"], after[1]["state"]["w"]["momentum_buffer"])
+        with pytest.raises(ValueError, match="not on the Stiefel manifold"):
+            type(o).load(tmp_path / "off.npz")
+    gpu.restore(tmp_path / "good.npz")  # (a point on it still loads)
+
+
 def test_cholesky_qr(device):
     """rlx_gpu.linalg.cholesky_qr against NumPy's QR with R's diagonal made positive: tall, square, a batch, and a
     DeviceTensor in and out (float32: 2e-6 for these well-conditioned matrices; Q^T Q = I within 1e-6)."""

@@ -22,7 +22,8 @@ opts = ast.literal_eval(sys.argv[4]) if len(sys.argv) > 4 else {}
 first = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 restore, save = (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else ("-", "-")
 die_at = int(sys.argv[8]) if len(sys.argv) > 8 else -1  # (the last rank exits before this step)
-checks = len(sys.argv) > 9 and sys.argv[9] == "checks"  # (bad input, after the run and its save)
+mode = sys.argv[9] if len(sys.argv) > 9 else ""
+checks = mode == "checks"  # (bad input, after the run and its save)
 if os.environ.get("ZERO_BACKEND") == "mpi":  # (launched by mpirun: mpi4py's communicator)
     from mpi4py import MPI
     group = MPI.COMM_WORLD
@@ -39,6 +40,29 @@ if topk is not None:
     opts["grad_compression"] = rlx_gpu.compression.TopK(*topk)
 zero = ZeroRedundancyOptimizer(params, optimizer_class=getattr(rlx_gpu, cls_name), process_group=group,
                                **opts)
+if restore != "-" and mode == "refused":  # (tampered checkpoints, comma-separated: each refused, nothing changed)
+    zero.step({n: np.ones(v, np.float32) for n, v in shapes.items()})
+    if os.environ.get("ZERO_REFUSE_RANK") == str(rank):  # (this rank's optimizer refuses its part, once)
+        real = zero.inner.load_state_dict
+
+        def refuse(*a, **k):
+            zero.inner.load_state_dict = real
+            raise ValueError("refused for the test")
+        zero.inner.load_state_dict = refuse
+    for path in restore.split(","):
+        before = ({n: v.copy() for n, v in zero.params.items()}, zero.inner.state_dict()["state"])
+        try:
+            zero.restore(path)
+            print(f"rank {rank}: RESTORED {path}", flush=True)
+        except ValueError as e:
+            after = zero.inner.state_dict()["state"]
+            same = all(np.array_equal(before[0][n], zero.params[n]) for n in before[0]) and all(
+                np.array_equal(np.asarray(before[1][k][x]), np.asarray(after[k][x])) for k in after for x in after[k])
+            print(f"rank {rank}: REFUSED {'unchanged' if same else 'CHANGED'}: {e}", flush=True)
+    zero.step({n: np.ones(v, np.float32) for n, v in shapes.items()})  # (the ranks still step together)
+    print(f"rank {rank}: STEPPED", flush=True)
+    dist.destroy_process_group() if group is None else None
+    sys.exit(0)
 if restore != "-":
     zero.restore(restore)
 got = {}

@@ -14,17 +14,18 @@ metadata, so every ``str`` a tensor may be named (``"a"`` and ``"a.npy"``, NUL, 
                            ``<state>_codes`` (uint8; 4-bit codes two per byte: version 3 held one per byte, and
                            its files still load), ``_absmax`` and ``_qmap``
 Versions 1 and 2 (float32 only; version 1 named members by tensor) still load. Written to a temporary file and
-renamed, so a crash mid-save leaves the old file. Reading checks every size, dtype and shape against the metadata
+renamed, so a crash mid-save leaves the old file (:mod:`rlx_gpu.core.atomic`: the temporaries a killed save left
+are removed by the next). Reading checks every size, dtype and shape against the metadata
 before it allocates anything; any problem with the file is a ``ValueError`` naming it, and nothing changes.
 """
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 import numpy as np
 
+from .atomic import write_atomic
 from .checkpoint_file import FORMAT, VERSION, peek, read, word
 from .groups import resolve_lr_scale
 from .lowp import as_bits, dtype_of
@@ -45,7 +46,7 @@ def _jsonable(v):
 def save(opt, path) -> None:
     """Write ``opt``'s params, state, steps, hyperparameters and options to ``path`` atomically."""
     with opt.lock:  # params and state of the same step
-        sd = opt._native_state_dict()  # (rlx_gpu's format, also for a torch-built optimizer)
+        sd = opt.numpy_state_dict()  # (rlx_gpu's format, also for a torch-built optimizer)
         params = opt.read_params()
     names = list(params)
     index = {n: i for i, n in enumerate(names)}
@@ -70,19 +71,7 @@ def save(opt, path) -> None:
         raise ValueError(f"{os.fspath(path)}: cannot write this optimizer's hyperparameters as JSON ({e}); "
                          "nothing was written") from e
     arrays["__meta__"] = np.frombuffer(text.encode("ascii"), np.uint8)
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".rlx-gpu-ckpt-", suffix=".npz", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, lambda f: np.savez(f, **arrays))
 
 
 def load(cls, path, device=None):
@@ -137,7 +126,7 @@ def restore(opt, path, cast: bool = False) -> None:
     with opt.lock:
         sd, params, scale = restore_plan(opt, path)
         try:
-            opt._native_load_state_dict(sd, cast=cast, params=params)  # validates everything before changing anything
+            opt.load_numpy_state_dict(sd, cast=cast, params=params)  # validates everything before changing anything
         except (ValueError, TypeError, KeyError) as e:
             raise ValueError(f"{os.fspath(path)}: {e}") from e
         opt.set_lr_scale(scale)

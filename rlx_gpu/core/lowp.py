@@ -140,24 +140,27 @@ def element_bits(key: int, n: int) -> np.ndarray:
 
 def round_stochastic(x: np.ndarray, dtype: DType, bits: np.ndarray) -> np.ndarray:
     """float32 ``x`` stored in 16-bit ``dtype``, rounded up with probability equal to its distance from the value
-    below (in units of the spacing), using the uint32 ``bits`` per element. Inf and NaN are kept."""
+    below (in units of the spacing), using the uint32 ``bits`` per element. A value past the largest finite one of
+    ``dtype``, inf and NaN are rounded to nearest: a finite value never rounds stochastically to inf."""
     x = np.asarray(x, np.float32)
     u = x.view(np.uint32)
     sign, mag = u & np.uint32(0x80000000), u & np.uint32(0x7FFFFFFF)
-    special = mag >= np.uint32(0x7F800000)
     if dtype.name == "bfloat16":
         # add 16 random bits below bfloat16's last mantissa bit and truncate: the carry rounds up with the
-        # probability of the dropped fraction (also across binades, into inf, and for float32 denormals)
-        r = ((mag + (bits & np.uint32(0xFFFF))) >> np.uint32(16)).astype(np.uint16)
+        # probability of the dropped fraction (also across binades and for float32 denormals); from at most the
+        # largest finite value 0x7F7F0000 the carry stays finite
+        special = mag > np.uint32(0x7F7F0000)
+        r = ((np.minimum(mag, np.uint32(0x7F7F0000)) + (bits & np.uint32(0xFFFF))) >> np.uint32(16)).astype(np.uint16)
         out = np.where(special, round_rne(x, dtype).view(np.uint16), r | (sign >> np.uint32(16)).astype(np.uint16))
         return out.astype(np.uint16).view(dtype.np)
-    # float16: normal range (|x| >= 2**-14) by the same carry trick on 13 dropped bits (a result of 2**16 or
-    # more is inf); below it the spacing is 2**-24, so scale by 2**24 (exact), split into integer m and fraction
-    # f, and round up when f > 1 - u for u the top 24 random bits in [0, 1) (so that, as with the carry, all-ones
-    # bits round up and zero bits down)
+    # float16: normal range (|x| >= 2**-14, up to 65504 = 0x477FE000) by the same carry trick on 13 dropped bits;
+    # below it the spacing is 2**-24, so scale by 2**24 (exact), split into integer m and fraction f, and round up
+    # when f > 1 - u for u the top 24 random bits in [0, 1) (so that, as with the carry, all-ones bits round up and
+    # zero bits down)
+    special = mag > np.uint32(0x477FE000)
     normal = mag >= np.uint32(0x38800000)
-    t = (np.minimum(mag, np.uint32(0x7F000000)) + (bits & np.uint32(0x1FFF))) >> np.uint32(13)
-    h_norm = np.where(t >= np.uint32(0x47800000 >> 13), np.uint32(0x7C00), t - np.uint32((127 - 15) << 10))
+    t = (np.minimum(mag, np.uint32(0x477FE000)) + (bits & np.uint32(0x1FFF))) >> np.uint32(13)
+    h_norm = t - np.uint32((127 - 15) << 10)
     with np.errstate(over="ignore", invalid="ignore"):
         s = np.where(normal, np.float32(0), np.abs(x)) * np.float32(2.0 ** 24)
         m = np.floor(s)

@@ -32,6 +32,22 @@ def _as_groups(params) -> list:
                     f"model.named_parameters()) or a list of param groups, got {type(params).__name__}")
 
 
+
+def _check_labels(optimizers: dict) -> None:
+    """Every label names a checkpoint file of its own (``<path>.<label>.npz``): no path separator or NUL, and no
+    two labels with the same text; ValueError naming the label otherwise (before anything is made or written)."""
+    import os
+    seps = {"/", "\\", "\0", os.sep, os.altsep} - {None}
+    seen = {}
+    for k in optimizers:
+        text = str(k)
+        if any(c in text for c in seps) or not text:
+            raise ValueError(f"Partition: part name {k!r} cannot name its checkpoint file <path>.{text}.npz (it is "
+                             "empty or holds '/', '\\' or NUL)")
+        if text in seen:
+            raise ValueError(f"Partition: part names {seen[text]!r} and {k!r} would share <path>.{text}.npz")
+        seen[text] = k
+
 class PartitionBase(Copyable):
     """Routing, groups and state of a Partition; the step is the subclass's (device or host)."""
 
@@ -50,6 +66,7 @@ class PartitionBase(Copyable):
             raise TypeError("Partition: label must be a callable (name, shape) -> a key of optimizers")
         if not isinstance(optimizers, dict) or not optimizers or len(optimizers) > MAX_PARTS:
             raise ValueError(f"Partition: 1 to {MAX_PARTS} sub-optimizers, got {len(optimizers or ())}")
+        _check_labels(optimizers)
         if clip_grad_norm is not None:
             check_max_norm(clip_grad_norm)
         if not isinstance(skip_nonfinite, bool):
@@ -236,7 +253,7 @@ class PartitionBase(Copyable):
     def _copy_payload(self, memo):
         import copy
         with self.lock:
-            sd = self._native_state_dict()
+            sd = self.numpy_state_dict()
             values = dict(self._torch) if self._torch else self.read_params()
         if self._torch and memo is not None:
             values = {n: copy.deepcopy(t, memo) for n, t in values.items()}

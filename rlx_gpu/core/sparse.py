@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RowSparse", "check_sparse", "split_sparse", "coalesce", "grouped", "densify", "refuse_dense", "check_use",
-           "route"]
+__all__ = ["RowSparse", "check_sparse", "split_sparse", "coalesce", "grouped", "parts", "densify", "refuse_dense",
+           "check_use", "route", "RUN"]
+
+RUN = 4096  # the most entries of one row that one GPU thread adds in one dispatch (SGD's entry-by-entry sums)
 
 
 class RowSparse:
@@ -28,7 +30,7 @@ class RowSparse:
         if not getattr(t, "is_sparse", False) or t.sparse_dim() < 1:
             raise TypeError("RowSparse.from_torch: expected a torch sparse COO tensor")
         if t.device.type == "meta":
-            raise TypeError("RowSparse.from_torch: the tensor is on the meta device (it has no values)")
+            raise ValueError("RowSparse.from_torch: the tensor is on torch's meta device (it has no values)")
         k, idx = t.sparse_dim(), t._indices().cpu().numpy()
         rows = np.ravel_multi_index(tuple(idx), tuple(t.shape[:k])) if idx.size else np.zeros(0, np.int64)
         return cls(np.asarray(rows, np.int64), t._values().detach().cpu().numpy(), sparse_dims=k)
@@ -87,6 +89,31 @@ def grouped(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     order = np.argsort(idx, kind="stable")
     rows, starts, counts = np.unique(idx[order], return_index=True, return_counts=True)
     return rows, starts, counts, vals[order]
+
+
+def parts(idx: np.ndarray, vals: np.ndarray, entrywise: bool, cap: int, run: int = RUN) -> list:
+    """A checked sparse grad as the parts its dispatches take, in order: ``[(rows, starts, counts, values)]``, each
+    part's rows unique and ascending with at most ``cap`` entries (values rows) in all and at most ``run`` of any
+    row (a row with more continues in the next parts, its entries in the order given: applying the parts one after
+    another is applying the entries one by one). Not ``entrywise``: duplicates summed first (one entry a row).
+    Usually one part, the whole grad."""
+    if entrywise:
+        rows, starts, counts, v = grouped(idx, vals)
+    else:
+        rows, v = coalesce(idx, vals)
+        starts, counts = np.arange(rows.size), np.ones(rows.size, np.int64)
+    run = max(1, min(run, cap))
+    out = []
+    for r in range(-(-int(counts.max(initial=0)) // run)):
+        sel = counts > r * run
+        rr, st, ct = rows[sel], starts[sel] + r * run, np.minimum(counts[sel] - r * run, run)
+        first = np.concatenate([[0], np.cumsum(ct)[:-1]])
+        vr = v if r == 0 and sel.all() and (ct == counts).all() else v[np.repeat(st - first, ct) + np.arange(ct.sum())]
+        pid = (np.cumsum(ct) - 1) // (cap - run + 1)  # (a part's entries: at most cap - run + 1 + run - 1)
+        cut = np.flatnonzero(np.diff(pid, prepend=-1, append=-1))  # (each part's first row, then the end)
+        for a, b in zip(cut[:-1], cut[1:]):
+            out.append((rr[a:b], first[a:b] - first[a], ct[a:b], vr[first[a]:first[b - 1] + ct[b - 1]]))
+    return out
 
 
 def densify(idx: np.ndarray, vals: np.ndarray, shape: tuple) -> np.ndarray:

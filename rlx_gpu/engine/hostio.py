@@ -59,6 +59,7 @@ class HostIOMixin:
     def _upload_params(self, params: dict) -> None:
         check_grads(type(self).__name__, params, self._shapes, call="write_params", noun="param",
                     dtypes={n: (self._dtypes[self._index[n]].np,) for n in params})
+        self.spec.check_param_values(f"{type(self).__name__}.write_params", params)
         self._write_params({self._index[n]: a for n, a in params.items()}, init_master=True)
 
     @locked

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.sparse import RowSparse, check_use, coalesce, grouped, refuse_dense, route, storage_error
+from ..core.sparse import RowSparse, check_use, parts, refuse_dense, route, storage_error
 from ..core.sync import locked
 from ..runtime.kernels import shipped_kernel
 
@@ -59,36 +59,46 @@ class SparseMixin:
         return {n: self._prepare(n, idx, vals) for n, (idx, vals) in checked.items()}
 
     def _prepare(self, n: str, idx, vals, reuse=None) -> "DeviceRowSparse":
-        """Rows, values and per-piece meta on the device (into ``reuse``'s buffers when they are large enough: a
-        host RowSparse each step reuses its tensor's; their transfers go through the batched upload path)."""
-        t = self._index[n]
-        b, i = self._where[t]
-        if self.spec.sparse_kind == "sgd":
-            rows, starts, counts, vals = grouped(idx, vals)
-            extra = [starts, counts]
-        else:
-            rows, vals = coalesce(idx, vals)
-            extra = []
+        """Rows, values and per-piece meta on the device, as parts that each fit a storage binding and keep every
+        thread's loop short (:func:`rlx_gpu.core.sparse.parts`: usually one part), each with a meta buffer for
+        every piece of the tensor its rows touch; into ``reuse``'s buffers when they are large enough (a host
+        RowSparse each step reuses its tensor's). Their transfers go through the batched upload path."""
         L = vals.shape[1]
-        metas = []
-        for (c, off, ln, toff) in b.layout.pieces[i]:
-            head = np.zeros(H, np.uint32)
-            head[:5] = [L, rows.size, off, toff, ln]
-            metas.append((c, np.concatenate([head, rows.astype(np.uint32)] + [e.astype(np.uint32) for e in extra])))
-        if reuse is None or reuse.values.size < 4 * vals.size or any(
-                m.size * 4 > mb.size for (_, m), (_, mb) in zip(metas, reuse.pieces)):
-            vbuf = self.device.buffer(4 * max(1, vals.size), f"{n}.sparse values")
-            pieces = [(c, self.device.buffer(4 * m.size, f"{n}.sparse meta")) for c, m in metas]
+        host = self._host_parts(n, idx, vals)
+        if reuse is None or not reuse.fits(host):
+            dev = self.device
+            made = [(k, dev.buffer(4 * max(1, v.size), f"{n}.sparse values"),
+                     [(c, dev.buffer(4 * m.size, f"{n}.sparse meta")) for c, m in metas]) for k, v, metas in host]
         else:
-            vbuf, pieces = reuse.values, reuse.pieces
-        items = [(vbuf, 0, np.ascontiguousarray(vals).reshape(-1).view(np.uint8))] if vals.size else []
-        items += [(mb, 0, m.view(np.uint8)) for (_, m), (_, mb) in zip(metas, pieces)]
+            made = [(k, vb, mb) for (k, _, _), (_, vb, mb) in zip(host, reuse.parts)]
+        items = []
+        for (_, v, metas), (_, vbuf, mbufs) in zip(host, made):
+            items += [(vbuf, 0, v.view(np.uint8))] if v.size else []
+            items += [(mb, 0, m.view(np.uint8)) for (_, m), (_, mb) in zip(metas, mbufs)]
         self.device.transfer.upload(items)
-        return DeviceRowSparse(self, n, rows.size, L, vbuf, pieces)
+        return DeviceRowSparse(self, n, L, made)
+
+    def _host_parts(self, n: str, idx, vals) -> list:
+        """[(rows, values flat, [(chunk, meta words)])]: the parts of :func:`rlx_gpu.core.sparse.parts` for a
+        storage binding of values (and of meta), each with the meta of every piece of the tensor its rows touch."""
+        b, i = self._where[self._index[n]]
+        L, sgd, mb = vals.shape[1], self.spec.sparse_kind == "sgd", self.device.max_storage_binding
+        out = []
+        for rows, starts, counts, v in parts(idx, vals, sgd, max(1, min(mb // (4 * max(L, 1)), (mb // 4 - H) // 3))):
+            extra = [starts.astype(np.uint32), counts.astype(np.uint32)] if sgd else []
+            lo, hi = int(rows[0]) * L, (int(rows[-1]) + 1) * L
+            metas = []
+            for (c, off, ln, toff) in b.layout.pieces[i]:
+                if toff < hi and lo < toff + ln:  # (a piece these rows touch)
+                    head = np.zeros(H, np.uint32)
+                    head[:5] = [L, rows.size, off, toff, ln]
+                    metas.append((c, np.concatenate([head, rows.astype(np.uint32)] + extra)))
+            out.append((rows.size, np.ascontiguousarray(v).reshape(-1), metas))
+        return out
 
     def _sparse_step(self, sparse: dict) -> None:
         """Apply checked sparse grads (``{name: (rows, values)}`` or DeviceRowSparse): one command buffer, one
-        dispatch per tensor piece. The scalars (lr, step, maximize) go in words 5..11 of each meta buffer."""
+        dispatch per part and tensor piece. The scalars (lr, step, maximize) go in words 5..11 of each meta buffer."""
         for s in self.spec.sparse_states:  # (made even when no tensor has rows this step: the state exists)
             self._ensure(s)
         enc = self.device.device.create_command_encoder()
@@ -97,9 +107,13 @@ class SparseMixin:
         for n, g in sparse.items():
             t = self._index[n]
             steps[t] = min(int(self._steps[t]) + 1, 2 ** 53)
-            if not isinstance(g, DeviceRowSparse):
-                g = reuse[n] = self._prepare(n, *g, reuse=reuse.get(n))
-            self._encode_sparse(enc, g, step=steps[t])
+            try:
+                if not isinstance(g, DeviceRowSparse):
+                    g = reuse[n] = self._prepare(n, *g, reuse=reuse.get(n))
+                self._encode_sparse(enc, g, step=steps[t])
+            except Exception:
+                reuse.pop(n, None)  # (nothing of this tensor is kept from a step that failed)
+                raise
         for t, step in steps.items():  # (the host's count once everything is recorded)
             self._steps[t] = step
             self._materialized[t] = self._materialized[t] | frozenset(self.spec.sparse_states)
@@ -118,32 +132,47 @@ class SparseMixin:
             f = self.spec.sparse_scalars(group, step, self._scale[t])
             words = np.concatenate([[int(bool(group.get("maximize", False)))], np.zeros(2, np.uint32),
                                     np.array(f + [0.0] * (4 - len(f)), np.float32).view(np.uint32)]).astype(np.uint32)
-            for _, mbuf in g.pieces:
-                self.device.queue.write_buffer(mbuf, 4 * 5, words)
+            for _, _, mbufs in g.parts:
+                for _, mbuf in mbufs:
+                    self.device.queue.write_buffer(mbuf, 4 * 5, words)
         v4 = "4" if kind == "adam" and g.L % 4 == 0 else ""  # (four columns a thread where rows allow it)
         k = shipped_kernel(self.device, "sparse.wgsl", f"sparse_{kind}{v4}")
         b, _ = self._where[t]
         key = tuple(id(b.states[s]) for s in states)
         if g.binds is None or g.binds[0] != key:  # (made once; again only if a state arena was remade)
             binds = []
-            for c, mbuf in g.pieces:
-                bufs = {"param" + v4: b.param.buffers[c], "sp_meta": mbuf, "vals" + v4: g.values}
-                for s, name in zip(states, ("st_a", "st_b")):
-                    bufs[name + v4] = b.states[s].buffers[c]
-                binds.append(k.bind(bufs))
+            for rows, vbuf, mbufs in g.parts:
+                for c, mbuf in mbufs:
+                    bufs = {"param" + v4: b.param.buffers[c], "sp_meta": mbuf, "vals" + v4: vbuf}
+                    for s, name in zip(states, ("st_a", "st_b")):
+                        bufs[name + v4] = b.states[s].buffers[c]
+                    binds.append((rows, k.bind(bufs)))
             g.binds = (key, binds)
-        for bind in g.binds[1]:
-            k.dispatch(enc, bind, -(-g.rows * (g.L // 4 if v4 else g.L) // 256))
+        for rows, bind in g.binds[1]:
+            k.dispatch(enc, bind, -(-rows * (g.L // 4 if v4 else g.L) // 256))
 
 
 class DeviceRowSparse(RowSparse):
-    """A sparse grad already on the device (:meth:`upload_sparse`): its rows, row length and buffers."""
+    """A sparse grad already on the device (:meth:`upload_sparse`): its row length and its parts, each (rows, values
+    buffer, [(chunk, meta buffer)]) (usually one)."""
 
-    __slots__ = ("opt", "name", "rows", "L", "pieces", "binds")
+    __slots__ = ("opt", "name", "L", "parts", "binds")
 
-    def __init__(self, opt, name, rows, L, values, pieces):
-        super().__init__(None, values)
-        self.opt, self.name, self.rows, self.L, self.pieces, self.binds = opt, name, rows, L, pieces, None
+    def __init__(self, opt, name, L, parts):
+        super().__init__(None, [vb for _, vb, _ in parts])
+        self.opt, self.name, self.L, self.parts, self.binds = opt, name, L, parts, None
+
+    @property
+    def rows(self) -> int:
+        """Rows over all parts (a row repeated past one part's run counts once per part)."""
+        return sum(k for k, _, _ in self.parts)
+
+    def fits(self, host: list) -> bool:
+        """Whether these buffers can take ``host``'s parts ([(rows, values, [(chunk, meta)])]) as they are."""
+        return len(host) == len(self.parts) and all(
+            vb.size >= 4 * v.size and [c for c, _ in metas] == [c for c, _ in mbufs] and
+            all(m.size * 4 <= mb.size for (_, m), (_, mb) in zip(metas, mbufs))
+            for (_, v, metas), (_, vb, mbufs) in zip(host, self.parts))
 
     def __repr__(self):
-        return f"DeviceRowSparse({self.name!r}, {self.rows} rows of {self.L})"
+        return f"DeviceRowSparse({self.name!r}, {self.rows} rows of {self.L} in {len(self.parts)} part(s))"

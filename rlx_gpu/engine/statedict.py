@@ -122,6 +122,7 @@ class StateMixin:
         if params is not None:
             params = check_load_params(name, params, self._shapes,
                                        {n: self._dtypes[self._index[n]] for n in self._names}, cast)
+            self.spec.check_param_values(name, params)
         return state, hypers, qstate, params
 
     def _qtriples(self, b, s, qstate) -> list:

@@ -34,8 +34,16 @@ def _standalone(dev, shape, label) -> DeviceTensor:
     n = int(np.prod(shape))
     lay = Layout([n], alignment=dev.alignment, max_binding=dev.max_storage_binding, block=4)
     if len(lay.pieces[0]) != 1:
-        raise ValueError(f"rlx_gpu.linalg: a result of {n} elements does not fit one storage binding")
+        raise ValueError(f"rlx_gpu.linalg: the result ({n} elements) does not fit one storage binding on {dev.name} "
+                         f"({dev.max_storage_binding} bytes)")
     return DeviceTensor(Arena(dev, lay, label, F32), 0, label, tuple(shape))
+
+
+def _fits(dev, name: str, nbytes: int) -> None:
+    """A ValueError naming operand ``name`` if it cannot be bound whole (past the device's max storage binding)."""
+    if nbytes > dev.max_storage_binding:
+        raise ValueError(f"rlx_gpu.linalg: {name} holds {nbytes} bytes, more than one storage binding takes on "
+                         f"{dev.name} ({dev.max_storage_binding}); split it (over its batch or its rows)")
 
 
 def _operand(x, name, dev):
@@ -43,12 +51,14 @@ def _operand(x, name, dev):
     if isinstance(x, DeviceTensor):
         if x.dtype != np.float32:
             raise TypeError(f"rlx_gpu.linalg: {name} is a DeviceTensor of {x.dtype}, expected float32")
+        _fits(x.device, name, 4 * x.size)
         r = x.binding()
         return r["buffer"], r["offset"] // 4, x.shape, x.device
     if not isinstance(x, np.ndarray) or x.dtype != np.float32:
         raise TypeError(f"rlx_gpu.linalg: {name} must be a float32 NumPy array or DeviceTensor, got "
                         f"{getattr(x, 'dtype', type(x).__name__)}")
     dev = dev or get_device(None)
+    _fits(dev, name, x.nbytes)
     return dev.buffer(max(4, x.nbytes), f"linalg.{name}", data=np.ascontiguousarray(x)), 0, x.shape, dev
 
 
@@ -85,6 +95,8 @@ def _matmul16(a, b, ta, tb, device, path):
     K2, N = (b.shape[-1], b.shape[-2]) if tb else b.shape[-2:]
     if K != K2:
         raise ValueError(f"rlx_gpu.linalg.matmul: inner dimensions differ ({K} and {K2})")
+    for name, n in (("a", a.size), ("b", b.size), ("the result", batch * M * N)):
+        _fits(dev, name, 2 * n)
     bufs = [as_f16_buffer(dev, x, "linalg.f16") for x in (a, b)]
     c = dev.buffer(4 * (-(-batch * M * N // 2)) or 4, "linalg.f16.out")
     enc, keep = dev.device.create_command_encoder(), []

@@ -8,6 +8,14 @@ import numpy as np
 from ..runtime.kernels import shipped_kernel
 
 TILE = 128  # outputs per workgroup along m and n (shaders/gemm.wgsl, gemm16.wgsl)
+# The most K one GEMM dispatch sums: its threads' k loops stay short (2,048 tiles of 8 or 1,024 of 16, a few nested
+# iterations each: some drivers stop a thread's loops after 65,535 iterations in all, Mesa 22.3.6's lavapipe among
+# them, silently); a longer K is split over dispatches that accumulate into C (beta = 1 after the first).
+KSPLIT = 16384
+THIN, TCH = 64, 4096  # a long K with at most THIN outputs a matrix: chunks of TCH k's summed by many workgroups
+# Matrices of up to FROB_ONE elements get their Frobenius scaling from one workgroup each (two loops of count/256
+# a thread); larger ones in two passes over chunks of FCH (shaders/gemm.wgsl frob_part, frob_apply).
+FROB_ONE, FCH = 1 << 22, 16384
 
 
 def _bits(x: float) -> int:
@@ -44,10 +52,39 @@ def gemm(dev, enc, a, b, c, M, N, K, *, ta=False, tb=False, offsets=(0, 0, 0), s
     range)."""
     strides = strides or (M * K, K * N, M * N)
     tn, tm = -(-N // TILE), -(-M // TILE)
-    pbuf = _prm(dev, [M, N, K, int(ta), int(tb), *offsets, *strides, _bits(alpha), _bits(beta), tn, tm, batch],
-                "gemm.prm", keep, cache)
+    if K > KSPLIT and M * N <= THIN and not f16:
+        return _gemm_thin(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta, batch, keep, cache)
     k = shipped_kernel(dev, "gemm16.wgsl", "gemm16") if f16 else shipped_kernel(dev, "gemm.wgsl", "gemm")
-    k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": c, "prm": pbuf}), tn * tm * batch)
+    for k0 in range(0, max(K, 1), KSPLIT):  # (one dispatch unless K > KSPLIT)
+        oa, ob = offsets[0] + (k0 * M if ta else k0), offsets[1] + (k0 if tb else k0 * N)
+        words = [M, N, min(KSPLIT, K - k0), int(ta), int(tb), oa, ob, offsets[2], *strides, _bits(alpha),
+                 _bits(beta if k0 == 0 else 1.0), tn, tm, batch, K, K]
+        pbuf = _prm(dev, words, "gemm.prm", keep, cache)
+        k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": c, "prm": pbuf}), tn * tm * batch)
+
+
+def _gemm_thin(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta, batch, keep, cache) -> None:
+    """:func:`gemm` for few outputs (M N <= THIN) and a long K: partial sums over chunks of TCH k's, then their sum
+    (``shaders/gemm.wgsl`` gemm_thin, thin_sum)."""
+    chunks = -(-K // TCH)
+    words = [M, N, K, int(ta), int(tb), *offsets, *strides, _bits(alpha), _bits(beta), 0, 0, batch, K, K, chunks]
+    pbuf = _prm(dev, words, "gemm.prm", keep, cache)
+    part = _scratch(dev, 4 * batch * chunks * M * N, "gemm.thin", keep, cache)
+    for entry, groups in (("gemm_thin", batch * chunks), ("thin_sum", -(-batch * M * N // 256))):
+        k = shipped_kernel(dev, "gemm.wgsl", entry)
+        k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": c, "P": part, "prm": pbuf}), groups)
+
+
+def _scratch(dev, nbytes, label, keep, cache):
+    """A work buffer of at least ``nbytes`` (from ``cache`` when one was made before), held by ``keep``."""
+    buf = cache.get((label, nbytes)) if cache is not None else None
+    if buf is None:
+        buf = dev.buffer(nbytes, label)
+        if cache is not None:
+            cache[(label, nbytes)] = buf
+    if keep is not None:
+        keep.append(buf)
+    return buf
 
 
 def copy_range(dev, enc, src, src_off, dst, dst_off, count, keep=None, cache=None) -> None:
@@ -58,10 +95,19 @@ def copy_range(dev, enc, src, src_off, dst, dst_off, count, keep=None, cache=Non
 
 
 def frob_scale(dev, enc, x, count, offset, stride, eps, batch, keep=None, cache=None) -> None:
-    """Record: each of ``batch`` matrices of ``count`` elements divided by max(its Frobenius norm, eps)."""
-    pbuf = _prm(dev, [count, offset, stride, _bits(eps), batch], "frob.prm", keep, cache)
-    k = shipped_kernel(dev, "gemm.wgsl", "frob_scale")
-    k.dispatch(enc, _bind(k, cache, {"C": x, "prm": pbuf}), batch)
+    """Record: each of ``batch`` matrices of ``count`` elements divided by max(its Frobenius norm, eps) (one
+    dispatch; two for matrices past FROB_ONE elements)."""
+    if count <= FROB_ONE:
+        pbuf = _prm(dev, [count, offset, stride, _bits(eps), batch], "frob.prm", keep, cache)
+        k = shipped_kernel(dev, "gemm.wgsl", "frob_scale")
+        k.dispatch(enc, _bind(k, cache, {"C": x, "prm": pbuf}), batch)
+        return
+    parts = -(-count // FCH)
+    pbuf = _prm(dev, [count, offset, stride, _bits(eps), batch, parts], "frob.prm", keep, cache)
+    part = _scratch(dev, 4 * batch * parts, "frob.parts", keep, cache)
+    for entry in ("frob_part", "frob_apply"):
+        k = shipped_kernel(dev, "gemm.wgsl", entry)
+        k.dispatch(enc, _bind(k, cache, {"C": x, "P": part, "prm": pbuf}), batch * parts)
 
 
 def ns_dispatches(ns_steps: int) -> int:
@@ -142,9 +188,16 @@ def ns16_stages(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, c
     xa, xb, amat, bmat = work
     keep += list(work)
     rs, rl = float(np.sqrt(s)), float(np.sqrt(L))
-    kin, kout = (shipped_kernel(dev, "gemm16.wgsl", e) for e in ("ns16_in", "ns16_out"))
-    prm = _prm(dev, [m * n, offset, 0, _bits(eps), batch, _bits(rl)], "ns16.prm", keep, cache)
-    kin.dispatch(enc, _bind(kin, cache, {"X": x, "C": xa, "prm": prm}), batch)
+    flat = m * n > FROB_ONE  # (large matrices: normalised in place by frob_scale's two passes, converted flat)
+    kin, kout = (shipped_kernel(dev, "gemm16.wgsl", e) for e in
+                 (("ns16_in_flat", "ns16_out_flat") if flat else ("ns16_in", "ns16_out")))
+    if flat:
+        frob_scale(dev, enc, x, m * n, offset, m * n, eps, batch, keep, cache)
+        prm = _prm(dev, [batch * m * n, offset, 0, 0, 0, _bits(rl)], "ns16.prm", keep, cache)
+    else:
+        prm = _prm(dev, [m * n, offset, 0, _bits(eps), batch, _bits(rl)], "ns16.prm", keep, cache)
+    groups = -(-batch * m * n // 256) if flat else batch
+    kin.dispatch(enc, _bind(kin, cache, {"X": x, "C": xa, "prm": prm}), groups)
     yield
     mm = mm or _tiled16(dev, batch, keep, cache)
     sq, mn = s * s, m * n
@@ -160,8 +213,8 @@ def ns16_stages(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, c
             mm(enc, bmat, cur, other, m, n, m, 1.0 / rs, a, cur, False, False, (sq, mn, mn))
         yield
         cur, other = other, cur
-    prm = _prm(dev, [m * n, offset, 0, 0, batch, _bits(rl)], "ns16.prm", keep, cache)
-    kout.dispatch(enc, _bind(kout, cache, {"X": x, "C": cur, "prm": prm}), batch)
+    prm = _prm(dev, [batch * m * n if flat else m * n, offset, 0, 0, batch, _bits(rl)], "ns16.prm", keep, cache)
+    kout.dispatch(enc, _bind(kout, cache, {"X": x, "C": cur, "prm": prm}), groups)
 
 
 def _tiled16(dev, batch, keep, cache):

@@ -75,12 +75,22 @@ class Kron(MatrixOptimizer):
         if update and self.probe is not None:
             probes = {t: ref.probe_of(self.probe, self._names[t], self._shapes[self._names[t]], k + 1)
                       for t in np.flatnonzero(active)}
-        self._plan = (k, update, bal, probes)
+        bad = check and not all(np.isfinite(v).all() for v in probes.values())  # (skips the step: issue 21 item 5)
+        self._plan = (k, update, bal, probes, bad)
         return active
+
+    def _encode_clip(self, enc, scale_grads: bool, flat: bool = False, check: bool = False, norm: bool = True):
+        """The engine's check, and a checked step whose caller's probe holds inf or NaN marked as failing it."""
+        super()._encode_clip(enc, scale_grads, flat, check, norm)
+        if check and self._plan is not None and self._plan[4]:
+            k = self._k("kron_nonfinite")
+            word = self.record.size * len(self._names) + self.record.global_word("nonfinite")
+            prm = linalg._prm(self.device, [word], "kron.nonfinite", None, self._cache)
+            k.dispatch(enc, k.cached_bind({"flag": self._hyper, "prm": prm}), 1)
 
     def _encode(self, enc) -> None:
         keep = []
-        k, update, bal, probes = self._plan
+        k, update, bal, probes, _ = self._plan
         seed = int(self.param_groups[0]["seed"])
         gm_word = self._grad_mul_word()
         words = np.zeros((self._mp.size // 4,), np.uint32)
@@ -178,6 +188,8 @@ class Kron(MatrixOptimizer):
                                        "ds": w["ds"], "hs": w["hs"], "ps": w["as"], "sc": w["scale"], "vs": w["vs"],
                                        "mp": self._record_range(r)})
         return self._binds[key]
+
+    outcome_every = 1  # (the host's work after a step needs its outcome: copied back every step)
 
     def _after_submit(self) -> None:
         self._settle()  # (the next step's draws and first steps need the settled step counts)

@@ -111,6 +111,7 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Copyable,
     def _upload_params(self, params: dict) -> None:
         check_grads(type(self).__name__, params, self._shapes, call="write_params",
                     noun="param", dtypes={n: (self.params[n].dtype,) for n in params})
+        self.check_param_values(f"{type(self).__name__}.write_params", params)
         for n, a in params.items():
             self.params[n][...] = a
             if self._master(n) and n in self.state:
@@ -183,7 +184,8 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Copyable,
         grads = self.grads if grads is None else self._slot_grads(grads)
         grads = {n: np.asarray(g).astype(F32) for n, g in grads.items()}
         if check:
-            self.last_step_skipped = not all(np.isfinite(g).all() for g in grads.values())
+            self.last_step_skipped = not (all(np.isfinite(g).all() for g in grads.values()) and
+                                          self._inputs_finite(grads))
             if self.last_step_skipped:  # no norm taken: NaN if this step clips (as the GPU classes report)
                 self._last_norm = F32(np.nan) if self.clip_grad_norm is not None else None
                 return False
@@ -253,6 +255,10 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Copyable,
         else:
             p[...] = round_rne(wp, d)
 
+    def _inputs_finite(self, grads: dict) -> bool:
+        """A checked step's inputs besides the grads (Kron's probes) hold no inf or NaN; else it is skipped."""
+        return True
+
     def _before_update(self, grads: dict) -> None:
         """Hook run once per step after every check passed, before the per-tensor updates."""
 
@@ -283,6 +289,7 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Copyable,
         if params is not None:
             params = check_load_params(name, params, self._shapes, {n: dtype_of(p.dtype) for n, p in self.params.items()},
                                        cast)
+            self.check_param_values(name, params)
         return state, hypers, qstate, params
 
     @locked

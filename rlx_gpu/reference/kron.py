@@ -174,9 +174,25 @@ class Kron(MatrixTwin):
             return np.eye(side, dtype=F32) * F32(math.sqrt(group["precond_init_scale"]))
         return super()._new_state(s, shape, group)
 
-    def _before_update(self, grads):
+    def _step_checked(self, grads, inv_scale, check):
+        self._probes = None  # (drawn once a step: by a checked step's test, else just before the update)
+        return super()._step_checked(grads, inv_scale, check)
+
+    def _draw(self, grads) -> None:
+        """This step's k, its (update, balance) draws and, on an update step, the probe of each tensor with a grad."""
         self.k = max((int(st["step"]) for st in self.state.values()), default=0)
         self._update_now, self._balance_now = decide(self.param_groups[0], self.k)
+        src = self.probe or device_probe(self.param_groups[0]["seed"])
+        self._probes = {n: probe_of(src, n, self._shapes[n], self.k + 1) for n in grads} if self._update_now else {}
+
+    def _inputs_finite(self, grads) -> bool:
+        """A caller's probe holding inf or NaN skips a checked step, as such a grad does (issue 21 item 5)."""
+        self._draw(grads)
+        return all(np.isfinite(v).all() for v in self._probes.values())
+
+    def _before_update(self, grads):
+        if self._probes is None:
+            self._draw(grads)
 
     def _apply(self, n, g, st, group, fresh):
         self._name = n  # (the probe's name argument)
@@ -193,8 +209,8 @@ class Kron(MatrixTwin):
         if self._balance_now:
             balance(q0, q1)
         if self._update_now:
-            v = probe_of(self.probe or device_probe(self.param_groups[0]["seed"]), self._name, p.shape, self.k + 1)
-            precond_update(q0, q1, d if group["momentum_into_precondition_update"] else g, v, group["precond_lr"])
+            precond_update(q0, q1, d if group["momentum_into_precondition_update"] else g, self._probes[self._name],
+                           group["precond_lr"])
         u = precondition(q0, q1, d)
         u = u * min(F32(1.1) / (np.sqrt(np.mean(u * u, dtype=F32)) + F32(1e-6)), F32(1.0))
         if group["weight_decay"] and group["weight_decouple"]:

@@ -76,6 +76,12 @@ class Spec(SparseSpec):
         """Validation beyond what the defaults' types imply; raise ValueError."""
 
     @classmethod
+    def check_param_values(cls, owner: str, params: dict) -> None:
+        """New values for params (``write_params``, ``load_state_dict(params=)``, ``restore``), already of the right
+        shapes and dtypes, that this optimizer cannot take: ValueError naming the tensor (StiefelSGD: off its
+        manifold). Nothing by default."""
+
+    @classmethod
     def validate(cls, group: dict) -> None:
         validate_group(cls.__name__, group, cls.defaults)
         cls.check(group)

@@ -86,6 +86,9 @@ class StiefelSGD(ReferenceOptimizer):
                 raise ValueError(f"{owner}: {n!r} is not on the Stiefel manifold: max |X^T X - I| = {err:.3g} "
                                  f"(> {cls.tolerance}); start from orthonormal columns (e.g. the Q of a QR)")
 
+    #: write_params, load_state_dict(params=) and restore refuse points off the manifold too (issue 21 item 6).
+    check_param_values = check_points
+
     def __init__(self, params, *args, **kwargs):
         super().__init__(params, *args, **kwargs)
         self.check_points(type(self).__name__, self.params)

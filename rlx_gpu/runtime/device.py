@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from . import implementation as _impl
+from ..core.lru import LRU
 from .discovery import NoAdapterError, _describe, _select_at, _wgpu, adapters
 
 __all__ = ["Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device"]
@@ -25,6 +26,8 @@ class DeviceLostError(RuntimeError):
     """Raised when the wgpu device is gone (``destroy()``, a driver reset, a GPU removed). Everything on it is lost:
     make a new optimizer (from a checkpoint); ``get_device`` gives a fresh device for the same adapter."""
 
+
+MODULES_KEPT, PIPELINES_KEPT = 128, 256  # per device: the least recently used beyond these are dropped
 
 # wgpu-native's and Dawn's words for a device that is gone, in the validation errors of calls made on it
 _LOST_WORDS = ("device is lost", "device lost", "parent device is lost", "device is invalid", "[device] is lost")
@@ -80,10 +83,11 @@ class Device:
         self.native_f16 = "shader-f16" in self.features and os.environ.get("RLX_GPU_F16", "") != "packed"
         # Shared between views of the same wgpu device: pipelines, the staging buffers and the lock that
         # serialises their use ("io": transfers and read-backs from several threads), whether it is lost.
-        self._shared = _shared if _shared is not None else {"pipelines": {}, "modules": {}, "lock": threading.RLock(),
-                                                            "io": threading.RLock(), "lost": None,
-                                                            "skip_validation": self.skip_validation,
-                                                            "robustness": self.robustness}
+        # (pipelines and modules are bounded: a program compiling many distinct sources must not grow without end)
+        self._shared = _shared if _shared is not None else {
+            "pipelines": LRU(PIPELINES_KEPT), "modules": LRU(MODULES_KEPT), "lock": threading.RLock(),
+            "io": threading.RLock(), "lost": None,
+            "skip_validation": self.skip_validation, "robustness": self.robustness}
         if _shared is None and not self.host_mappable:
             # Staging buffers are made before any arena: on the H200, staging made after large buffers had
             # been freed left every kernel 10-25% slower for the life of the process (PERF_NOTES.md, 11).
@@ -165,9 +169,10 @@ class Device:
         key = hashlib.sha1(code.encode()).hexdigest()
         mods = self._shared["modules"]
         with self._shared["lock"]:
-            if key not in mods:
-                mods[key] = self.device.create_shader_module(code=code, label=label)
-            return mods[key]
+            mod = mods.get(key)
+            if mod is None:
+                mod = mods[key] = self.device.create_shader_module(code=code, label=label)
+            return mod
 
     # -- buffers -----------------------------------------------------------------------------
     def buffer(self, size: int, label: str, *, usage=None, data: np.ndarray | None = None, mappable=False):

@@ -151,15 +151,14 @@ def grid(groups: int, limit: int) -> tuple[int, int]:
 
 
 def get_kernel(device, label: str, code: str, entry: str, **constants) -> Kernel:
-    """The cached :class:`Kernel` for this source text; compiled once per (device, source, entry, constants)."""
+    """The cached :class:`Kernel` for this source text; compiled once per (device, source, entry, constants) while
+    it is among the device's most recently used (``runtime.device.PIPELINES_KEPT``)."""
     key = (hashlib.sha1(code.encode()).hexdigest(), entry, tuple(sorted(constants.items())))
     cache = device._shared["pipelines"]
-    k = cache.get(key)
-    if k is None:
-        with device._shared["lock"]:
-            k = cache.get(key)
-            if k is None:
-                k = cache[key] = Kernel(device, label, code, entry, constants)
+    with device._shared["lock"]:
+        k = cache.get(key)
+        if k is None:
+            k = cache[key] = Kernel(device, label, code, entry, constants)
     return k
 
 

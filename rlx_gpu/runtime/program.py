@@ -12,12 +12,16 @@ A binding is named by its declaration, ``@group(0) @binding(N) var<storage, read
 :class:`~rlx_gpu.DeviceTensor` (its range of its arena: ``binding()``), a wgpu buffer (whole), a dict
 ``{"buffer", "offset", "size"}`` or a tuple ``(buffer, offset, size)``. ``groups``: an int (a row of workgroups) or
 an (x, y, z) tuple. Buffers of your own: ``device.buffer(nbytes, label, data=array)``, read back with
-``device.read(buffer, out=array)``. Compiler errors are a RuntimeError naming the entry point and the line.
+``device.read(buffer, out=array)``. Compiler errors are a RuntimeError naming the entry point and the line; a
+source that is not a str, an entry point that uses a resource other than a group-0 storage buffer (``var<uniform>``,
+a texture) and groups that are not 1 to 3 integers in range are refused before anything is compiled or recorded.
 """
 from __future__ import annotations
 
+import operator
 import warnings
 
+from . import source as src
 from .arena import DeviceTensor
 from .kernels import get_kernel
 
@@ -47,10 +51,26 @@ def _resource(name: str, v):
                     f"{{'buffer', 'offset', 'size'}} or a (buffer, offset, size) tuple, got {type(v).__name__}")
 
 
+def _check_source(code, entry, label) -> None:
+    """str arguments, and an entry point that uses storage buffers of group 0 only (what Program binds)."""
+    for what, v in (("code", code), ("entry", entry), ("label", label)):
+        if not isinstance(v, str):
+            raise TypeError(f"rlx_gpu.Program: {what} must be a str (WGSL source text, an entry point's name, a "
+                            f"label), got {type(v).__name__}")
+    other = {n: r for n, r in src.resources(code).items() if (r[0], r[2]) != (0, "storage")}
+    used = sorted(n for n in other if n in src.used_names(code, entry))
+    if used:
+        g, b, kind = other[used[0]]
+        what = f"var<{kind}>" if kind != "handle" else "a texture or sampler"
+        raise ValueError(f"rlx_gpu.Program {entry!r}: binding {used[0]!r} (@group({g}) @binding({b})) is {what}; a "
+                         "Program binds storage buffers of group 0 only (declare it var<storage, read>)")
+
+
 class Program:
     """One entry point of a WGSL source on ``device``, compiled once (cached by source text and constants)."""
 
     def __init__(self, device, code: str, entry: str, *, label: str = "user", **constants):
+        _check_source(code, entry, label)
         self.device = device
         if getattr(device, "skip_validation", False):  # (never silently: README, "Choosing the implementation")
             warnings.warn(SKIP_WARNING, RuntimeWarning, stacklevel=2)
@@ -70,16 +90,32 @@ class Program:
 
     def record(self, encoder, groups, **buffers) -> None:
         """Record one dispatch into a command encoder (``device.encoder()``)."""
-        x, y, z = (int(groups), 1, 1) if not isinstance(groups, tuple) else (tuple(map(int, groups)) + (1, 1))[:3]
+        x, y, z = self._grid(groups)
         lim = self.device.max_workgroups
         if not (0 < x <= lim and 0 < y <= lim and 0 < z <= lim):
             raise ValueError(f"rlx_gpu.Program {self.kernel.entry!r}: groups {groups} must be 1..{lim} per "
                              "dimension (pass an (x, y, z) tuple past one row)")
+        bind = self.bind(**buffers)  # (before the pass: a bad buffer leaves the encoder usable)
         p = encoder.begin_compute_pass()
         p.set_pipeline(self.kernel.pipeline)
-        p.set_bind_group(0, self.bind(**buffers))
+        p.set_bind_group(0, bind)
         p.dispatch_workgroups(x, y, z)
         p.end()
+
+    def _grid(self, groups) -> tuple[int, int, int]:
+        """(x, y, z) of an int or a tuple of 1 to 3 ints; TypeError/ValueError naming ``groups`` otherwise."""
+        dims = groups if isinstance(groups, tuple) else (groups,)
+        if not 1 <= len(dims) <= 3:
+            raise ValueError(f"rlx_gpu.Program {self.kernel.entry!r}: groups must be an int or a tuple of 1 to 3 "
+                             f"ints, got {groups!r}")
+        try:
+            if any(isinstance(d, bool) for d in dims):
+                raise TypeError
+            out = [operator.index(d) for d in dims]
+        except TypeError:
+            raise TypeError(f"rlx_gpu.Program {self.kernel.entry!r}: groups must be integers (workgroup counts), got "
+                            f"{groups!r}") from None
+        return tuple(out + [1] * (3 - len(out)))
 
     def __call__(self, groups, **buffers) -> None:
         """Record one dispatch and submit it."""

@@ -1,12 +1,14 @@
 """WGSL source: the shipped files, includes, reflection, and specialisation of storage bindings by dtype.
 
 Shaders live in ``shaders/*.wgsl`` (shipped in the wheel as ``rlx_gpu/shaders``). The only textual templating
-is a line ``// #include "name.wgsl"`` (a missing file or an include loop fails loudly). Bindings are read from
-their ``@group(0) @binding(N) var<storage, MODE> NAME`` declarations, and :func:`used_bindings` follows an entry
-point's calls to the bindings it touches, so a pipeline's layout holds only those (WebGPU's limit of storage
-buffers per stage applies per pipeline). :func:`typed_array` declares a binding of float32, float16 or bfloat16
-elements with ``ld_<name>(i) -> vec4<f32>`` and ``st_<name>(i, v)`` accessors (``shaders/lowp.wgsl``), so kernels
-compute in float32 whatever the storage.
+is a line ``// #include "name.wgsl"``: each file is expanded once (a later include of it is left out, as with an
+include guard), and a missing file, an include loop, includes nested deeper than :data:`MAX_INCLUDE_DEPTH` or
+more than :data:`MAX_SOURCE_BYTES` of text fail loudly (so a hostile chain of includes costs linear time).
+Bindings are read from their ``@group(0) @binding(N) var<storage, MODE> NAME`` declarations, and
+:func:`used_bindings` follows an entry point's calls to the bindings it touches, so a pipeline's layout holds only
+those (WebGPU's limit of storage buffers per stage applies per pipeline). :func:`typed_array` declares a binding of
+float32, float16 or bfloat16 elements with ``ld_<name>(i) -> vec4<f32>`` and ``st_<name>(i, v)`` accessors
+(``shaders/lowp.wgsl``), so kernels compute in float32 whatever the storage.
 """
 from __future__ import annotations
 
@@ -14,12 +16,18 @@ import functools
 import re
 from pathlib import Path
 
-__all__ = ["shader_dir", "resolve", "load_source", "bindings", "entry_points", "used_bindings",
-           "typed_array"]
+__all__ = ["shader_dir", "resolve", "load_source", "bindings", "resources", "entry_points", "used_bindings",
+           "used_names", "typed_array", "MAX_SOURCE_BYTES", "MAX_INCLUDE_DEPTH"]
+
+MAX_SOURCE_BYTES = 8 << 20  # the text of one module with its includes (the largest generated one is ~100 KB)
+MAX_INCLUDE_DEPTH = 64
 
 _INCLUDE = re.compile(r'^[ \t]*//[ \t]*#include[ \t]+"([\w.\-]+)"[ \t]*$', re.M)
 _BINDING = re.compile(
     r"@group\(0\)\s*@binding\((\d+)\)\s*var<storage\s*,\s*(read|read_write)\s*>\s*(\w+)\s*:")
+# any resource declaration: (group, binding, address space or None (a handle), name)
+_RESOURCE = re.compile(r"@(?:group\((\d+)\)\s*@binding\((\d+)\)|binding\((\d+)\)\s*@group\((\d+)\))"
+                       r"\s*var\s*(?:<\s*(\w+)[^>]*>)?\s*(\w+)\s*:")
 _ENTRY = re.compile(r"@compute\s+@workgroup_size\([^)]*\)\s*fn\s+(\w+)")
 _FN = re.compile(r"\bfn\s+(\w+)\s*\(")
 _IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
@@ -35,19 +43,30 @@ def shader_dir() -> Path:
     raise FileNotFoundError(f"rlx_gpu: no shaders folder next to {here} (looked in rlx_gpu/shaders and shaders/)")
 
 
-def resolve(path: Path, search: tuple = (), _stack: tuple = ()) -> tuple[str, list]:
+def resolve(path: Path, search: tuple = ()) -> tuple[str, list]:
     """``path``'s text with includes resolved, and for each output line its (file, line) of origin.
 
-    An include is looked up next to the including file, then in ``search`` folders; a missing one fails loudly,
-    and so does an include loop (ValueError naming the chain)."""
-    path = Path(path)
+    An include is looked up next to the including file, then in ``search`` folders. Each file is expanded once
+    (a later include of the same file becomes a comment); a missing one fails loudly (FileNotFoundError), and so
+    do an include loop, nesting deeper than MAX_INCLUDE_DEPTH and a text past MAX_SOURCE_BYTES (ValueError)."""
+    out, origin = [], []
+    _expand(Path(path), tuple(search), (), set(), [0], out, origin)
+    return "\n".join(out) + "\n", origin
+
+
+def _expand(path: Path, search: tuple, stack: tuple, done: set, size: list, out: list, origin: list) -> None:
     key = path.resolve()
-    if key in _stack:
-        chain = " -> ".join(p.name for p in (*_stack[_stack.index(key):], key))
+    if key in stack:
+        chain = " -> ".join(p.name for p in (*stack[stack.index(key):], key))
         raise ValueError(f"rlx_gpu: include loop: {chain}")
+    if len(stack) >= MAX_INCLUDE_DEPTH:
+        raise ValueError(f"rlx_gpu: includes nested deeper than {MAX_INCLUDE_DEPTH} (at {path.name})")
     if not path.is_file():
         raise FileNotFoundError(f"rlx_gpu: shader {path.name!r} not found in {path.parent}")
-    out, origin = [], []
+    size[0] += path.stat().st_size
+    if size[0] > MAX_SOURCE_BYTES:
+        raise ValueError(f"rlx_gpu: {path.name}: the source with its includes is over {MAX_SOURCE_BYTES} bytes")
+    done.add(key)
     for i, line in enumerate(path.read_text().splitlines(), 1):
         m = _INCLUDE.match(line)
         if not m:
@@ -58,10 +77,15 @@ def resolve(path: Path, search: tuple = (), _stack: tuple = ()) -> tuple[str, li
         cand = [d / name for d in (path.parent, *search) if (d / name).is_file()]
         if not cand:
             raise FileNotFoundError(f"rlx_gpu: shader {name!r} not found (included from {path.name}:{i})")
-        text, orig = resolve(cand[0], search, (*_stack, key))
-        out += [f"// ---- begin {name} ----", *text.splitlines(), f"// ---- end {name} ----"]
-        origin += [(str(path), i), *orig, (str(path), i)]
-    return "\n".join(out) + "\n", origin
+        if cand[0].resolve() in done and cand[0].resolve() not in (*stack, key):
+            out.append(f"// ---- {name}: included above ----")
+            origin.append((str(path), i))
+            continue
+        out.append(f"// ---- begin {name} ----")
+        origin.append((str(path), i))
+        _expand(cand[0], search, (*stack, key), done, size, out, origin)
+        out.append(f"// ---- end {name} ----")
+        origin.append((str(path), i))
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,10 +119,19 @@ def _functions(source: str) -> dict[str, str]:
     return out
 
 
+def resources(source: str) -> dict[str, tuple[int, int, str]]:
+    """``name -> (group, binding, kind)`` for every resource declared in ``source`` (kind: the address space,
+    ``"storage"`` or ``"uniform"``, or ``"handle"`` for textures and samplers)."""
+    out = {}
+    for g1, b1, b2, g2, space, name in _RESOURCE.findall(source):
+        out[name] = (int(g1 or g2), int(b1 or b2), space or "handle")
+    return out
+
+
 @functools.lru_cache(maxsize=256)
-def used_bindings(source: str, entry: str) -> frozenset:
-    """The bindings entry point ``entry`` uses, through the functions it calls."""
-    fns, names = _functions(source), set(bindings(source))
+def used_names(source: str, entry: str) -> frozenset:
+    """Every identifier entry point ``entry`` mentions, through the functions it calls."""
+    fns = _functions(source)
     seen, todo, used = set(), [entry], set()
     while todo:
         f = todo.pop()
@@ -106,9 +139,14 @@ def used_bindings(source: str, entry: str) -> frozenset:
             continue
         seen.add(f)
         ids = set(_IDENT.findall(fns[f]))
-        used |= ids & names
+        used |= ids
         todo += [i for i in ids if i in fns]
     return frozenset(used)
+
+
+def used_bindings(source: str, entry: str) -> frozenset:
+    """The bindings entry point ``entry`` uses, through the functions it calls."""
+    return used_names(source, entry) & frozenset(bindings(source))
 
 
 def typed_array(name: str, index: int, dtype, read_only: bool, native_f16: bool) -> str:

@@ -10,6 +10,8 @@ in which order, how the mean is summed) is :mod:`rlx_gpu.reference.topk`'s, bit 
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from ...core.lowp import F32
@@ -30,8 +32,12 @@ class TopK:
     residual added to the next step's grads (``error_feedback``; without it they are dropped)."""
 
     def __init__(self, ratio: float = 0.01, error_feedback: bool = True):
-        if not (isinstance(ratio, (int, float)) and 0.0 < float(ratio) <= 1.0):
-            raise ValueError(f"TopK: ratio must be in (0, 1], got {ratio!r}")
+        if isinstance(ratio, (bool, np.bool_)) or not isinstance(ratio, numbers.Real):
+            raise TypeError(f"TopK: ratio must be a number in (0, 1], got {ratio!r}")
+        if not 0.0 < float(ratio) <= 1.0:
+            raise ValueError(f"TopK: ratio must be in (0, 1], got {float(ratio)!r}")
+        if not isinstance(error_feedback, (bool, np.bool_)):
+            raise TypeError(f"TopK: error_feedback must be True or False, got {error_feedback!r}")
         self.ratio, self.error_feedback = float(ratio), bool(error_feedback)
 
     def __repr__(self):

@@ -5,7 +5,12 @@ split across ranks), the state of its whole tensors as shaped (``tstate/<tensor>
 tensors whole), its top-k residual (``residual/<i>``) and, in rank 0's, the params."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
+
+from ...core.atomic import write_atomic
+from .reading import read_shards
 
 __all__ = ["read_shards", "single_process_state", "write_shard", "restore_shard"]
 
@@ -15,8 +20,6 @@ def write_shard(zero, path) -> None:
     by another number of ranks to the same path."""
     import glob
     import json
-    import os
-    import tempfile
     if zero._broken:
         raise RuntimeError(f"ZeroRedundancyOptimizer.save (rank {zero.rank}): a collective failed earlier "
                            f"({zero._broken}); this rank's state is ahead of its params: not saved")
@@ -50,11 +53,7 @@ def write_shard(zero, path) -> None:
                                                str(o)).encode(), np.uint8)
     if zero.rank == 0:
         out.update({f"param/{i}": a for i, a in enumerate(zero.params.values())})
-    final = f"{os.fspath(path)}.rank{zero.rank}-of-{zero.world_size}.npz"
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(final)), suffix=".npz")
-    with os.fdopen(fd, "wb") as f:
-        np.savez(f, **out)
-    os.replace(tmp, final)
+    write_atomic(f"{os.fspath(path)}.rank{zero.rank}-of-{zero.world_size}.npz", lambda f: np.savez(f, **out))
     zero._collective("the save's barrier", zero._net.barrier)
     if zero.rank == 0:  # (the files of a save by another number of ranks to the same path would be read too)
         for f in glob.glob(f"{glob.escape(os.fspath(path))}.rank*-of-*.npz"):
@@ -63,23 +62,32 @@ def write_shard(zero, path) -> None:
 
 
 def restore_shard(zero, path) -> None:
-    """``zero.restore(path)``: everything checked (by the inner optimizer's ``load_state_dict``) before any change."""
-    params, full, steps, scalars, tensors, residual = read_shards(
-        path, list(zero.params), [a.shape for a in zero.params.values()], zero._class, rank=zero.rank,
-        world=zero.world_size)
+    """``zero.restore(path)``: every rank reads and checks every file, and the ranks agree that all of them could,
+    before any changes; then each loads its shard, and if any rank's optimizer refused its part (after the files
+    passed), the ranks that had loaded theirs put back what they held, so that every rank raises with nothing
+    changed."""
+    err, state, flat, data = None, None, None, None
+    try:
+        data = read_shards(path, list(zero.params), [a.shape for a in zero.params.values()], zero._class,
+                           rank=zero.rank, world=zero.world_size)
+        state, flat = _shard_state(zero, *data[:5])
+    except ValueError as e:
+        err = e
+    _agree(zero, err, "could not read the checkpoint")
+    params, residual = data[0], data[5]
     if zero.inner is not None:
-        state = {}
-        for k, (n, s, e) in zero._pieces.items():
-            if steps.get(n):
-                own = tensors.get(n, {}) if zero.whole else {name: full[name][zero._offsets[n] + s:
-                                                                               zero._offsets[n] + e].copy()
-                                                             for name in full}
-                state[k] = {"step": steps[n], **own,
-                            **{name: np.array(v[n], np.float32) for name, v in scalars.items() if n in v}}
-        sd = zero.inner.state_dict()
-        flat = np.concatenate([params[n].reshape(-1) for n in zero.params])
-        zero.inner.load_state_dict({"state": state, "param_groups": sd["param_groups"]}, cast=True,
-                                   params={k: zero._piece(k, flat) for k in zero._pieces})
+        keep = (zero.inner.state_dict(), zero.inner.read_params())
+        try:
+            zero.inner.load_state_dict({"state": state, "param_groups": keep[0]["param_groups"]}, cast=True,
+                                       params={k: zero._piece(k, flat) for k in zero._pieces})
+        except (ValueError, TypeError, KeyError) as e:
+            err = ValueError(f"{os.fspath(path)}: {e}")
+        try:
+            _agree(zero, err, "refused its part of the checkpoint")
+        except ValueError:
+            if err is None:  # (this rank had loaded its part: back to what it held)
+                zero.inner.load_state_dict(keep[0], params=keep[1])
+            raise
     if zero._comp is not None and zero._comp.residual is not None:  # (another rank count: a fresh residual)
         zero._comp.residual.write_many([(i, residual[i].reshape(-1) if residual else
                                          np.zeros(a.size, np.float32)) for i, a in enumerate(zero.params.values())])
@@ -88,48 +96,28 @@ def restore_shard(zero, path) -> None:
     zero._broken = None
 
 
-def read_shards(path, names=None, shapes=None, cls_name=None, rank=None, world=None):
-    """(params, {state: flat float32 over every element}, steps per tensor, per-tensor scalars, {tensor: {state:
-    array}} of whole tensors, rank ``rank``'s residual list when saved by ``world`` ranks (else [])) from the files a
-    ZeRO checkpoint wrote (``<path>.rank<r>-of-<N>.npz``, all N of them); ValueError naming what is missing."""
-    import glob
-    import json
-    import os
-    files = sorted(glob.glob(f"{glob.escape(os.fspath(path))}.rank*-of-*.npz"))
-    if not files:
-        raise ValueError(f"{os.fspath(path)}: no ZeRO checkpoint files (<path>.rank<r>-of-<N>.npz)")
-    metas = []
-    for f in files:
-        with np.load(f) as z:
-            metas.append((json.loads(bytes(z["__meta__"]).decode()), {k: z[k] for k in z.files}))
-    saved = metas[0][0]["world"]
-    if sorted(m["rank"] for m, _ in metas) != list(range(saved)) or any(m["world"] != saved for m, _ in metas):
-        raise ValueError(f"{os.fspath(path)}: expected the {saved} files of one save, found {len(files)}")
-    m0 = metas[0][0]
-    if len({m.get("save") for m, _ in metas}) != 1:
-        raise ValueError(f"{os.fspath(path)}: the files come from different saves (a save was interrupted?)")
-    if cls_name is not None and m0.get("class") != cls_name:
-        raise ValueError(f"{os.fspath(path)}: a checkpoint of {m0.get('class')}, this optimizer is {cls_name}")
-    if names is not None and (m0["names"] != names or [tuple(s) for s in m0["shapes"]] != [tuple(s) for s in shapes]):
-        raise ValueError(f"{os.fspath(path)}: the checkpoint holds {m0['names']}, this optimizer {names}")
-    total = sum(int(np.prod(s)) for s in m0["shapes"])
-    full, steps, scalars, tensors, residual = {}, {}, {}, {}, []
-    for m, z in metas:
-        lo, hi = m["range"]
-        for k, v in z.items():
-            if k.startswith("state/"):
-                full.setdefault(k[6:], np.zeros(total, np.float32))[lo:hi] = v
-            elif k.startswith("tstate/"):
-                n, name = k[7:].rsplit("/", 1)
-                tensors.setdefault(n, {})[name] = v
-        if m["rank"] == rank and saved == world:
-            residual = [z[f"residual/{i}"] for i in range(len(m0["names"])) if f"residual/{i}" in z]
-        steps.update({n: s for n, s in m["steps"].items() if s})
-        for name, v in m["scalars"].items():
-            scalars.setdefault(name, {}).update(v)
-    z0 = next(z for m, z in metas if m["rank"] == 0)
-    params = {n: z0[f"param/{i}"] for i, n in enumerate(m0["names"])}
-    return params, full, steps, scalars, tensors, residual
+def _shard_state(zero, params, full, steps, scalars, tensors) -> tuple[dict, np.ndarray]:
+    """The inner optimizer's state dict entries for this rank's pieces, and the params flat."""
+    state = {}
+    for k, (n, s, e) in zero._pieces.items():
+        if steps.get(n):
+            own = tensors.get(n, {}) if zero.whole else {name: full[name][zero._offsets[n] + s:
+                                                                           zero._offsets[n] + e].copy()
+                                                         for name in full}
+            state[k] = {"step": steps[n], **own,
+                        **{name: np.array(v[n], np.float32) for name, v in scalars.items() if n in v}}
+    return state, np.concatenate([params[n].reshape(-1) for n in zero.params])
+
+
+def _agree(zero, err, what: str) -> None:
+    """Raise on every rank if ``err`` happened on any (a one-element all-reduce): this rank's error, or a ValueError
+    saying that another rank ``what``."""
+    flag = np.array([0.0 if err is None else 1.0], np.float32)
+    zero._collective("the restore's agreement", lambda: zero._net.all_reduce(flag))
+    if err is not None:
+        raise err
+    if flag[0]:
+        raise ValueError(f"ZeroRedundancyOptimizer.restore (rank {zero.rank}): another rank {what}; nothing changed")
 
 
 def single_process_state(path) -> tuple[dict, dict]:
