@@ -30,6 +30,12 @@ def decisions(rows, ok) -> None:
             if got:
                 print(f"best {dev:8s} {s:34s} {got[0][1]:44s} {got[0][0]:7.1f} TF/s"
                       + (f"  (next: {got[1][1]} {got[1][0]:.1f})" if len(got) > 1 else ""))
+    for s in shapes:  # what Dawn's robustness (and workgroup zero-initialisation) cost: best against best
+        best = {dev: max((t for (d, _, sh), t in ok.items() if d == dev and sh == s), default=None)
+                for dev in ("fast", "norobust", "default")}
+        if best["fast"] and best["default"]:
+            print(f"robustness {s:34s} default/fast {best['default'] / best['fast']:.2f}"
+                  + (f", norobust/fast {best['norobust'] / best['fast']:.2f}" if best["norobust"] else ""))
     torch_muon = [r["ms"] for r in rows if r["case"] == "torch_muon" and "ms" in r]
     for r in rows:
         if r["case"] == "muon" and "ms" in r and torch_muon:
