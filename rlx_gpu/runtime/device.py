@@ -36,8 +36,9 @@ _LIMITS = (
 )
 # Features requested where the adapter has them. implicit-device-synchronization is Dawn's (wgpu-native's devices
 # are always thread-safe): without it a Dawn device must not be called from two threads at once, and several
-# optimizers on one device may step from several threads (rlx_gpu.core.sync).
-_FEATURES = ("timestamp-query", "shader-f16", "implicit-device-synchronization")
+# optimizers on one device may step from several threads (rlx_gpu.core.sync). subgroups: the engine's reductions
+# and quantized block maxima use subgroup operations where the device has them (engine/drivers.py).
+_FEATURES = ("timestamp-query", "shader-f16", "implicit-device-synchronization", "subgroups")
 class DeviceLostError(RuntimeError):
     """Raised when the wgpu device is gone (``destroy()``, a driver reset, a GPU removed). Everything on it is lost:
     make a new optimizer (from a checkpoint); ``get_device`` gives a fresh device for the same adapter."""
