@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...runtime.arena import DeviceTensor
+
 from ...reference.qat_observers import EPS, ObserverConfig
 from .kernels import MOVING, SYMMETRIC, QParams, args_words, dispatch, groups, operand
 
@@ -96,7 +98,7 @@ class MinMaxObserver:
 
     def forward(self, x):
         """Observe ``x`` now (one submission) and return it, as torch's observers do."""
-        dev = x.device if hasattr(x, "_arena") else self.device
+        dev = x.device if isinstance(x, DeviceTensor) else self.device
         if dev is None:
             from ...runtime.device import get_device
             dev = get_device(None)
