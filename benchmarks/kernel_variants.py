@@ -8,7 +8,8 @@ Per (optimizer, precision) every variant's optimizer is built first, then timed 
 every variant alike). Variants: ``off`` (every switch off: the drivers before issue 25), ``default`` (the class's
 switches), and ``-wide``, ``-full``, ``-subgroups``, ``-vpack`` (the default with one switch off) where the switch
 applies to the row (WIDE: 16-bit buckets; VPACK: bfloat16 stores; SUBGROUPS: reductions and quantized block
-maxima; FULL: unquantized drivers). A row that fails to build or step prints its error and the others go on;
+maxima; FULL: unquantized drivers), and ``ept4`` (the default with four vec4s a thread instead of two: AdamW's
+16-bit rows and the quantized ones). A row that fails to build or step prints its error and the others go on;
 rows past ``--budget-s`` are left out (named at the end). Bytes per step: ``rlx-gpu bench``'s ``min_bytes``.
 """
 from __future__ import annotations
@@ -40,9 +41,10 @@ def variants(opt: str, precision: str) -> list:
     out = ["off", "default"]
     low = precision != "fp32"
     if opt in QUANTIZED:
-        return out  # (their drivers differ by SUBGROUPS only)
+        return out + ["ept4"]  # (their drivers differ by SUBGROUPS only; ept4: the default with EPT = 4)
     if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
-        out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else [])
+        out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
+                                                                                          else [])
     if opt in REDUCING:
         out += ["-subgroups"]
     return list(dict.fromkeys(out))
@@ -55,6 +57,8 @@ def switches(variant: str) -> dict:
     base = {k: getattr(Optimizer, k) for k in SWITCHES}
     if variant.startswith("-"):
         base[variant[1:].upper()] = False
+    if variant == "ept4":  # (four vec4s a thread: half the workgroups)
+        base["EPT"] = 4
     return base
 
 
@@ -132,30 +136,40 @@ def groups(args) -> list:
     g += [(o, p) for p in ("bf16", "f16", "bf16-master") for o in ELEMENTWISE + ("adafactor",)
           if o not in ("adamw", "sgd", "lion")]
     only = set(args.optimizers.split(",")) if args.optimizers else None
-    return [x for x in g if only is None or x[0] in only]
+    prec = set(args.precisions.split(",")) if args.precisions else None
+    return [x for x in g if (only is None or x[0] in only) and (prec is None or x[1] in prec)]
+
+
+COLUMNS = ("off", "default", "-wide", "-full", "-vpack", "-subgroups", "ept4")
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:
-    """One line per row: ms, GB/s, fraction of copy, speed over ``off``, over torch's step."""
-    torch_ms = {(b["optimizer"], b["dtype"]): b["ms_per_step"] for b in base if "ms_per_step" in b
-                and "bitsandbytes" not in b["impl"]}
-    off = {(r["optimizer"], r["dtype"]): r["ms_per_step"] for r in rows if r.get("variant") == "off" and "ms_per_step" in r}
-    out = [f"copy {copy_gbps:.1f} GB/s",
-           f"{'optimizer':11} {'dtype':11} {'variant':10} {'ms':>8} {'GB/s':>7} {'copy':>5} {'x off':>6} {'x torch':>7}"]
-    for r in rows:
-        key = (r["optimizer"], r["dtype"])
-        if "error" in r:
-            out.append(f"{key[0]:11} {key[1]:11} {r['variant']:10} ERROR {r['error'][:80]}")
-            continue
-        ms = r["ms_per_step"]
-        xt = f"{torch_ms[key] / ms:7.2f}" if key in torch_ms else f"{'':7}"
-        xo = f"{off[key] / ms:6.3f}" if key in off else f"{'':6}"
-        out.append(f"{key[0]:11} {key[1]:11} {r['variant']:10} {ms:8.3f} {r['gbps']:7.1f} {r['gbps'] / copy_gbps:5.2f} "
-                   f"{xo} {xt}")
+    """One line per (optimizer, precision): each variant's fraction of the copy rate, the default's ms, its speed
+    over ``off`` and over torch's step (and bitsandbytes' AdamW8bit); errors after the table."""
+    ref = {}
     for b in base:
-        fig = f"{b['ms_per_step']:8.3f}" if "ms_per_step" in b else "ERROR " + b.get("error", "")[:60]
-        out.append(f"{b['optimizer']:11} {b['dtype']:11} {b['impl'][:40]:40} {fig}")
-    return "\n".join(out)
+        if "ms_per_step" in b:
+            ref.setdefault((b["optimizer"], b["dtype"]), {})["bnb" if "bitsandbytes" in b["impl"] else "torch"] = \
+                b["ms_per_step"]
+    got, errors = {}, []
+    for r in rows:
+        if "error" in r:
+            errors.append(f"{r['optimizer']} {r['dtype']} {r['variant']}: {r['error'][:160]}")
+        else:
+            got.setdefault((r["optimizer"], r["dtype"]), {})[r["variant"]] = r
+    out = [f"copy {copy_gbps:.1f} GB/s; columns: fraction of copy at the row's own minimum bytes",
+           f"{'optimizer':10} {'dtype':11} " + " ".join(f"{c:>6}" for c in COLUMNS)
+           + f" {'def ms':>8} {'x off':>6} {'x torch':>7} {'x bnb':>6}"]
+    for (opt, dt), vs in got.items():
+        d, o, x = vs.get("default"), vs.get("off"), ref.get((opt, dt), {})
+        cells = " ".join(f"{vs[c]['gbps'] / copy_gbps:6.3f}" if c in vs else f"{'-':>6}" for c in COLUMNS)
+        ratio = (lambda k: f"{x[k] / d['ms_per_step']:7.2f}" if d and k in x else f"{'-':>7}")  # noqa: E731
+        out.append(f"{opt:10} {dt:11} {cells} " + (f"{d['ms_per_step']:8.3f} " if d else f"{'-':>8} ")
+                   + (f"{o['ms_per_step'] / d['ms_per_step']:6.3f} " if d and o else f"{'-':>6} ")
+                   + ratio("torch") + " " + ratio("bnb")[1:])
+    out += [f"baseline {b['optimizer']} {b['dtype']} {b['impl']}: " + (f"{b['ms_per_step']:.3f} ms" if "ms_per_step" in b
+            else "ERROR " + b.get("error", "")[:120]) for b in base]
+    return "\n".join(out + [f"ERROR {e}" for e in errors])
 
 
 def main(argv=None) -> int:
@@ -163,6 +177,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write every figure to this file")
     ap.add_argument("--set", default="gpt2-124m", help="param set (rlx-gpu bench's names)")
     ap.add_argument("--optimizers", default="", help="comma list: only these (default: all of the run)")
+    ap.add_argument("--precisions", default="", help="comma list: only these (default: all of the run)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per row")
     ap.add_argument("--repeats", type=int, default=2, help="timed runs per round (median), of ~50 ms each")
     ap.add_argument("--copy-mb", type=int, default=512)

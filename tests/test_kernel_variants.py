@@ -103,3 +103,16 @@ def test_variants_are_what_the_device_offers(device):
     assert emits["float32"].directive == (emits["float32"].subgroups and device.implementation == "dawn")
     q = rlx_gpu.AdamW({"a": np.zeros(300, np.float32)}, state_bits=8, min_quantized_size=1, device=device)
     assert not q._emit(q.buckets[0]).wide  # (the quantized drivers take pairs themselves where they use subgroups)
+
+
+@pytest.mark.parametrize("opts,dtype", [({"state_bits": 8}, "bfloat16"), ({"state_bits": 4, "amsgrad": True}, "float32"),
+                                        ({}, "bfloat16 + master")], ids=_id)
+def test_four_vec4s_a_thread_match_the_plain_driver(opts, dtype, device):
+    """EPT = 4 (the variants benchmark's ``ept4``) with the default switches: the same bits as the plain driver."""
+    params = _params(dtype)
+    kw = dict(opts, **DTYPES[dtype], **({"min_quantized_size": 1} if opts else {}))
+    want_p, want_s = _run(_variant("AdamW", OFF), params, kw, device)
+    got_p, got_s = _run(type("AdamW", (rlx_gpu.AdamW,), {"EPT": 4}), params, kw, device)
+    _same(got_p, want_p, True, f"EPT 4 {opts} {dtype}: param")
+    for n in want_s:
+        _same(got_s[n], want_s[n], True, f"EPT 4 {opts} {dtype}: state of {n}")
