@@ -11,6 +11,7 @@ one dispatch read a buffer that it also writes.
     trsm_left(x, t, s, q)           X <- T^-1 X (T lower: forward; upper: ``upper``, backward)
     cholesky(a, n)                  A <- its lower Cholesky factor L (A = L L^T; the strict upper triangle is left)
     lu_solve(aug, n, q)             [M | T] -> T <- M^-1 T (partial pivoting), in place in the augmented matrix
+    cholesky_qr_encode(...)         the Q of tall matrices by Cholesky-QR twice
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from ..runtime.kernels import shipped_kernel
 from ..runtime.params import Params, declare
 from .record import _bind, _prm, gemm
 
-__all__ = ["Mat", "Rec", "BLOCK", "trsm_right", "trsm_left", "cholesky", "lu_solve", "copy2d"]
+__all__ = ["Mat", "Rec", "BLOCK", "trsm_right", "trsm_left", "cholesky", "lu_solve", "copy2d", "cholesky_qr_encode"]
 
 BLOCK = 32  # columns a block (factor.wgsl's BW)
 TRI = Params("TriParams", "b", "nvec", "batch", "groups", "x_off", "x_bs", "x_sv", "x_sk", "t_off", "t_bs", "t_se",
@@ -163,3 +164,17 @@ def copy2d(r: Rec, dst: Mat, src: Mat | None, rows: int, cols: int, *, transpose
     bufs = dict(X=dst.buf) if src is None else dict(X=dst.buf, S=src.buf)
     _run(r, "eye2d" if src is None else "copy2d", COPY, "yp", -(-rows * cols * r.batch // 256), "factor.copy",
          words=words, **bufs)
+
+
+def cholesky_qr_encode(dev, enc, y, z, small, n, p, batch, keep, cache=None) -> None:
+    """Record, in place in buffer ``y``, the Q of each of ``batch`` (n, p) matrices (n >= p) with R's diagonal
+    positive: Cholesky-QR twice (G = Y^T Y by GEMM, its blocked Cholesky factor L, Y <- Y L^-T by the blocked
+    triangular solve). ``z`` (``batch * n * p`` floats: the panels) and ``small`` (``batch * p * p``) are work
+    buffers. float32; accurate while Y is well conditioned (kappa(Y)^2 well below 1/eps, as X + a step on the
+    Stiefel manifold is), the second pass restoring orthogonality to float32 rounding."""
+    r = Rec(dev, enc, batch, keep, cache)
+    ym, g = Mat(y, 0, n * p, p), Mat(small, 0, p * p, p)
+    for _ in range(2):
+        _mm(r, ym, ym, g, p, p, n, ta=True, alpha=1.0, beta=0.0)
+        cholesky(r, g, p, z)
+        trsm_right(r, ym, g, n, p, z, lower_t=True)

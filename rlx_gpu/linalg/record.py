@@ -1,6 +1,7 @@
 """Recording matrix work into a command encoder or compute pass (what ``rlx_gpu.linalg``'s public functions and the
 matrix optimizers record): the batched GEMMs (``shaders/gemm.wgsl``, ``shaders/gemm16.wgsl``), copies, Frobenius
-scaling, Newton-Schulz in float32 and float16, Cholesky-QR. Buffers and element offsets in, dispatches out."""
+scaling, Newton-Schulz in float32 and float16 (Cholesky-QR and the other factorisations: ``factor.py``). Buffers and
+element offsets in, dispatches out."""
 from __future__ import annotations
 
 import numpy as np
@@ -242,18 +243,3 @@ def _tiled16(dev, batch, keep, cache):
         gemm(dev, enc, A, B, C, M, N, K, alpha=alpha, beta=beta if D is not None else 0.0, batch=batch, keep=keep,
              cache=cache, f16=True, ta=ta, tb=tb, strides=strides)
     return mm
-
-
-def cholesky_qr_encode(dev, enc, y, z, small, n, p, batch, keep, cache=None) -> None:
-    """Record, in place in buffer ``y``, the Q of each of ``batch`` (n, p) matrices (n >= p) with R's diagonal
-    positive: Cholesky-QR twice (G = Y^T Y by GEMM, G's Cholesky factor L in one workgroup per matrix, Q = Y L^-T a
-    row a thread: ``shaders/cholqr.wgsl``). ``z`` (batch*n*p floats) and ``small`` (batch*p*p) are work buffers.
-    float32; accurate while Y is well conditioned (kappa(Y)^2 well below 1/eps, as X + a step on the Stiefel
-    manifold is), the second pass restoring orthogonality to float32 rounding."""
-    prm = _prm(dev, [n, p, batch, 0, 0, 0, 0, 0], "cholqr.prm", keep, cache)
-    kc, kt = shipped_kernel(dev, "cholqr.wgsl", "chol"), shipped_kernel(dev, "cholqr.wgsl", "trsm")
-    for src, dst in ((y, z), (z, y)):
-        gemm(dev, enc, src, src, small, p, p, n, ta=True, strides=(n * p, n * p, p * p), batch=batch, keep=keep,
-             cache=cache)
-        kc.dispatch(enc, _bind(kc, cache, {"small": small, "prm": prm}), batch)
-        kt.dispatch(enc, _bind(kt, cache, {"ya": src, "qa": dst, "small": small, "prm": prm}), -(-batch * n // 256))

@@ -63,17 +63,19 @@ class MatrixOptimizer(Optimizer):
         """The word of the hyper buffer holding this step's grad factor (clip, loss scale)."""
         return len(self._names) * self.record.size + self.record.global_word("grad_mul")
 
-    def _piece_records(self, words, t, at: int, ints, floats=(), extra=None) -> list:
-        """Tensor ``t``'s piece records into ``words`` (REC_BYTES apart from its first): [count, offset in the chunk,
-        ``at`` + offset in the tensor, *ints, *floats (float32 bits), *extra(offset in the tensor)]; returns
-        (record, bucket, chunk, count) per piece, for the dispatches."""
+    def _piece_records(self, words, t, params, at: int, **values) -> list:
+        """Tensor ``t``'s piece records into ``words`` (REC_BYTES apart from its first), each ``rec`` (a
+        :class:`~rlx_gpu.runtime.params.Params` whose first fields are ``count``, ``chunk_off`` and ``work_off``: the
+        piece's length, its offset in its chunk, and ``at`` + its offset in the tensor) packed with ``values`` by
+        name (a callable value is called with the piece's offset in the tensor); returns (record, bucket, chunk,
+        count) per piece, for the dispatches."""
         b, i = self._where[t]
-        fl = np.array(floats, F32).view(np.uint32)
         rows = []
         for r, (c, off, ln, toff) in enumerate(b.layout.pieces[i], self._rec[t]):
-            rec = [ln, off, at + toff, *ints, *fl, *(extra(toff) if extra else ())]
+            named = {k: (v(toff) if callable(v) else v) for k, v in values.items()}
+            packed = params.pack(count=ln, chunk_off=off, work_off=at + toff, **named)
             w = r * REC_BYTES // 4
-            words[w:w + len(rec)] = rec
+            words[w:w + len(packed)] = packed
             rows.append((r, b, c, ln))
         return rows
 

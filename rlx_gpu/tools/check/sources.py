@@ -115,7 +115,7 @@ def shipped() -> list:
     for f, consts in (("amp.wgsl", {}), ("copy.wgsl", {"WG": wg, "EPT": ept}), ("sparse.wgsl", {}), ("gemm.wgsl", {}),
                       ("muon.wgsl", {}), ("topk.wgsl", {"EF": True}), ("topk.wgsl", {"EF": False}),
                       ("topk_rebuild.wgsl", {}), ("stiefel.wgsl", {}), ("partition.wgsl", {}),
-                      ("cholqr.wgsl", {}), ("soap.wgsl", {}), ("kron.wgsl", {}), ("gemm16.wgsl", {}),
+                      ("soap.wgsl", {}), ("kron.wgsl", {}), ("gemm16.wgsl", {}),
                       ("qat_kernels.wgsl", {"WG": 256, "EPT": 4})):
         code, origin = src.resolve(d / f)
         tail = params.structs(f)  # (the parameter structs the runtime puts after the text: runtime/params.py)
