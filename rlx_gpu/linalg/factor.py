@@ -21,7 +21,8 @@ from ..runtime.kernels import shipped_kernel
 from ..runtime.params import Params, declare
 from .record import _bind, _prm, gemm
 
-__all__ = ["Mat", "Rec", "BLOCK", "trsm_right", "trsm_left", "cholesky", "lu_solve", "copy2d", "cholesky_qr_encode"]
+__all__ = ["Mat", "Rec", "BLOCK", "trsm_right", "trsm_left", "cholesky", "lu_solve", "copy2d", "cholesky_qr_encode",
+           "tri_gemm"]
 
 BLOCK = 32  # columns a block (factor.wgsl's BW)
 TRI = Params("TriParams", "b", "nvec", "batch", "groups", "x_off", "x_bs", "x_sv", "x_sk", "t_off", "t_bs", "t_se",
@@ -178,3 +179,38 @@ def cholesky_qr_encode(dev, enc, y, z, small, n, p, batch, keep, cache=None) -> 
         _mm(r, ym, ym, g, p, p, n, ta=True, alpha=1.0, beta=0.0)
         cholesky(r, g, p, z)
         trsm_right(r, ym, g, n, p, z, lower_t=True)
+
+
+def _splits(s: int, pieces: int) -> list:
+    """Block bounds [0, .., s] for ``pieces`` blocks, on multiples of 128 (the GEMM's tile) where s allows."""
+    q = 128 if s >= 128 * pieces else BLOCK
+    cuts = sorted({min(s, -(-(s * k // pieces) // q) * q) for k in range(1, pieces)} | {s})
+    return [0] + [c for c in cuts if c > 0]
+
+
+def tri_gemm(r: Rec, a: Mat, b: Mat, c: Mat, M, N, K, *, ta=False, tb=False, tri="a_upper", pieces=4, alpha=1.0,
+             beta=0.0, mm=None) -> None:
+    """C = alpha op(A) op(B) + beta C where op(A) (``tri`` "a_upper"/"a_lower", square) or op(B) ("b_upper"/
+    "b_lower") is triangular, or both are upper ("both_upper", whose product is upper too: C below its diagonal is
+    not written), as ``pieces`` GEMMs over blocks of rows (or columns) whose K stops where the triangle's zeros begin
+    (about (pieces + 1) / (2 pieces) of the products). ``mm``: the GEMM (default: :func:`_mm`'s)."""
+    mm = mm or (lambda *x, **k: _mm(r, *x, **k))
+    s = M if tri.startswith(("a", "both")) else N
+    bounds = _splits(s, pieces if s >= 256 else 1)
+    for x0, x1 in zip(bounds, bounds[1:]):
+        w = x1 - x0
+        if tri in ("a_upper", "both_upper"):
+            aa = a.at(x0, x0)
+            bb = b.at(0, x0) if tb else b.at(x0, 0)
+            col = x0 if tri == "both_upper" else 0
+            bb = (bb.at(col, 0) if tb else bb.at(0, col))
+            mm(aa, bb, c.at(x0, col), w, N - col, K - x0, ta=ta, tb=tb, alpha=alpha, beta=beta)
+        elif tri == "a_lower":
+            mm(a.at(0, x0) if ta else a.at(x0, 0), b, c.at(x0, 0), w, N, x1, ta=ta, tb=tb, alpha=alpha, beta=beta)
+        elif tri == "b_upper":
+            mm(a, b.at(x0, 0) if tb else b.at(0, x0), c.at(0, x0), M, w, x1, ta=ta, tb=tb, alpha=alpha, beta=beta)
+        elif tri == "b_lower":
+            mm(a.at(x0, 0) if ta else a.at(0, x0), b.at(x0, x0), c.at(0, x0), M, w, K - x0, ta=ta, tb=tb,
+               alpha=alpha, beta=beta)
+        else:
+            raise ValueError(f"tri_gemm: tri must be a_upper, a_lower, b_upper, b_lower or both_upper, got {tri!r}")
