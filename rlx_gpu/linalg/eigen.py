@@ -20,7 +20,8 @@ from .factor import BLOCK, Mat, Rec, _mm, copy2d
 from .householder import form_q, positive_r, qr
 from .record import _bind, _prm
 
-__all__ = ["gram_bases", "gram_work", "order_by", "gather_cols", "JACOBI", "ORDER", "SWEEPS", "TOL"]
+__all__ = ["gram_bases", "gram_work", "gram_dispatches", "qr_dispatches", "order_by", "gather_cols", "orthonormalize",
+           "JACOBI", "ORDER", "SWEEPS", "TOL"]
 
 JACOBI = Params("JacobiParams", "m", "mp", "pairs", "batch", "f_off", "f_bs", "ldf", "u_off", "u_bs", "ldu",
                 "cnt_off", "sweeps", "parity", "tol:f32")
@@ -60,24 +61,25 @@ def jacobi(r: Rec, f: Mat, u: Mat, m: int, cnt, sweeps: int = SWEEPS, tol: float
         ks.dispatch(r.enc, groups[i % 2], r.batch * (mp // 2))
 
 
-def order_by(r: Rec, a: Mat, b: Mat, rows: int, cols: int, est, order, *, columns=True) -> None:
+def order_by(r: Rec, a: Mat, b: Mat, rows: int, cols: int, est, order, *, columns=True, at: int = 0) -> None:
     """est[j] = sum_r a[r][j] b[r][j] (``columns``; else along rows: a[j][r] b[j][r]), then order = the indices by
     descending est, ties by index (NumPy's ``argsort(-est, kind="stable")``). ``est`` and ``order``: ``batch *
-    cols`` floats / u32."""
+    cols`` floats / u32 from element ``at`` on."""
     sr, sk = (a.ld, 1) if columns else (1, a.ld)
     words = _order_words(r, rows, cols, s_off=a.off, s_bs=a.bs, s_sr=sr, s_sk=sk, t_off=b.off, t_bs=b.bs,
-                         o_bs=cols, e_bs=cols)
+                         o_off=at, o_bs=cols, e_off=at, e_bs=cols)
     groups = -(-cols * r.batch // 256)
     _k(r, "col_dots", ORDER, "op", groups, words, A=a.buf, B=b.buf, est=est)
     _k(r, "rank_order", ORDER, "op", groups, words, est=est, order=order)
 
 
-def gather_cols(r: Rec, dst: Mat, src: Mat, rows: int, cols: int, order, est=None, *, columns=True) -> None:
+def gather_cols(r: Rec, dst: Mat, src: Mat, rows: int, cols: int, order, est=None, *, columns=True,
+                at: int = 0) -> None:
     """dst[:, k] = src[:, order[k]] (``columns``) or src[order[k], :]^T, divided by sqrt(est[order[k]]) if ``est``
-    is given (0 where that is 0)."""
+    is given (0 where that is 0); ``order`` and ``est`` from element ``at`` on."""
     sr, sk = (src.ld, 1) if columns else (1, src.ld)
     words = _order_words(r, rows, cols, s_off=src.off, s_bs=src.bs, s_sr=sr, s_sk=sk, d_off=dst.off, d_bs=dst.bs,
-                         ldd=dst.ld, o_bs=cols, e_bs=cols)
+                         ldd=dst.ld, o_off=at, o_bs=cols, e_off=at, e_bs=cols)
     bufs = dict(F=dst.buf, A=src.buf, order=order, **({"est": est} if est is not None else {}))
     _k(r, "gather_norm" if est is not None else "gather", ORDER, "op", -(-rows * cols * r.batch // 256), words, **bufs)
 
@@ -90,17 +92,29 @@ def orthonormalize(r: Rec, src: Mat, dst: Mat, s: int, vs: Mat, tbuf, work) -> N
     positive_r(r, dst, src, s, s)
 
 
-def gram_work(dev, batch: int, m: int, n: int, label: str) -> dict:
-    """The work buffers :func:`gram_bases` needs for ``batch`` (m, n) matrices."""
+def gram_work(dev, batch: int, m: int, n: int, label: str, **given) -> dict:
+    """The work buffers :func:`gram_bases` needs for ``batch`` (m, n) matrices (``given``: buffers of the caller's
+    to use instead, by name: h and vs of L S floats a matrix, qf of L^2, fs, us, ws of S^2)."""
     L, S = max(m, n), min(m, n)
     f = 4 * batch
-    sizes = dict(h=L * S, vs=L * S, qf=L * L, fs=S * S, us=S * S, ws=S * S, t=-(-S // BLOCK) * BLOCK * BLOCK,
-                 w1=BLOCK * L, w2=BLOCK * L, est=S)
-    out = {k: dev.buffer(f * v, f"{label}.{k}") for k, v in sizes.items()}
-    out["order"] = dev.buffer(f * S, f"{label}.order")
+    sizes = dict(h=L * S, vs=L * S, qf=L * L, fs=S * S, us=S * S, ws=S * S, t=-(-L // BLOCK) * BLOCK * BLOCK,
+                 w1=BLOCK * L, w2=BLOCK * L, est=L, order=L)
+    out = {k: given.get(k) or dev.buffer(f * v, f"{label}.{k}") for k, v in sizes.items()}
     out["cnt"] = dev.buffer(4 * (2 + batch * SWEEPS), f"{label}.cnt")
     out["flag"] = dev.buffer(f, f"{label}.flag")
     return out
+
+
+def qr_dispatches(s: int, c: int) -> int:
+    """The most dispatches :func:`~.householder.qr` and :func:`~.householder.form_q` record for c columns."""
+    b = -(-c // BLOCK)
+    return 4 * b + 1 + 3 * b + 1
+
+
+def gram_dispatches(m: int, n: int) -> int:
+    """The most dispatches :func:`gram_bases` records."""
+    L, S = max(m, n), min(m, n)
+    return 12 + qr_dispatches(L, S) + 2 * qr_dispatches(S, S) + SWEEPS * (S + S % 2) + 1
 
 
 def gram_bases(r: Rec, g: Mat, m: int, n: int, q0: Mat, q1: Mat, w: dict) -> None:

@@ -9,7 +9,8 @@ import math
 import numpy as np
 
 from .. import linalg
-from ..linalg.factor import BLOCK, Mat, Rec, copy2d, tri_gemm, trsm_right
+from ..linalg.factor import BLOCK, Mat, Rec, copy2d, trsm_right
+from ..linalg.half import FloatProducts, HalfProducts
 from ..reference import kron as ref
 from ..runtime.params import Params, declare
 from .matrix import MatrixOptimizer
@@ -112,7 +113,7 @@ class Kron(MatrixOptimizer):
         gm_word = self._grad_mul_word()
         words = np.zeros((self._mp.size // 4,), np.uint32)
         runs = self._runs(self._settings)
-        for shape, run, (into, plr), rows in runs:
+        for shape, run, (into, plr, _), rows in runs:
             w = self._work[shape]
             for t in run:
                 g = self.param_groups[self._group_of[t]]
@@ -136,7 +137,7 @@ class Kron(MatrixOptimizer):
 
     def _settings(self, t) -> tuple:
         g = self.param_groups[self._group_of[t]]
-        return (bool(g["momentum_into_precondition_update"]), float(g["precond_lr"]))
+        return (bool(g["momentum_into_precondition_update"]), float(g["precond_lr"]), g["matmul_dtype"] == "float16")
 
     def _first_step(self, t, g) -> None:
         """A tensor's first step starts its factors at sqrt(precond_init_scale) I (as the twin makes them)."""
@@ -148,16 +149,12 @@ class Kron(MatrixOptimizer):
     def _encode_run(self, enc, shape, run, setting, rows, update, bal, keep) -> None:
         dev, cache = self.device, self._cache
         (m, n), w = shape, self._work[shape]
-        into, plr = setting
+        into, plr, half = setting
         s0, B, mn = self._slot[run[0]], len(run), m * n
         r = Rec(dev, enc, B, keep, cache)
 
-        def mat(k, rows_, cols, slot=True):  # buffer k's run of (rows_, cols) matrices (from the run's first slot)
-            return Mat(w[k], s0 * rows_ * cols if slot else 0, rows_ * cols, cols)
-
-        def gemm(a, b, c, M, N, K, **kw):
-            linalg.gemm(dev, enc, a.buf, b.buf, c.buf, M, N, K, offsets=(a.off, b.off, c.off), strides=(a.bs, b.bs, c.bs),
-                        lds=(a.ld, b.ld, c.ld), batch=B, keep=keep, cache=cache, **kw)
+        def mat(k, rows_, cols):  # buffer k's run of (rows_, cols) matrices (from the run's first slot)
+            return Mat(w[k], s0 * rows_ * cols, rows_ * cols, cols)
 
         def run_k(entry, groups, **bufs):
             k = self._k(entry)
@@ -165,6 +162,7 @@ class Kron(MatrixOptimizer):
             k.dispatch(enc, k.cached_bind({**{b: w[v] for b, v in bufs.items()}, "kp": prm}), groups)
 
         q0, q1 = mat("Q_0", m, m), mat("Q_1", n, n)
+        pr = self._products(r, shape, s0) if half else FloatProducts(r)
         kmom, kapp, kpr = self._k("kron_momentum"), self._k("kron_apply"), self._k("kron_probe")
         for (rr, b, c, ln) in rows:
             kmom.dispatch(enc, self._pbind(kmom, rr, b, c, w), -(-ln // 256))
@@ -173,20 +171,25 @@ class Kron(MatrixOptimizer):
         if bal:
             run_k("kron_balance", B, words=dict(m=m, n=n, batch=B, q0_off=q0.off, q1_off=q1.off), q="Q_0", sa="Q_1")
         if update:
-            h = "ds" if into else "hs"
-            tri_gemm(r, q0, mat(h, m, n), mat("ts", m, n), m, n, m, tri="a_upper")      # A = Q_0 h Q_1^T
-            tri_gemm(r, mat("ts", m, n), q1, mat("as", m, n), m, n, n, tb=True, tri="b_lower")
-            # B = Q_0^-T V Q_1^-1: W = V^T Q_0^-1 (n x m, in ts), then B = W^T Q_1^-1 (in bs); the panels in Sa
+            pr.half("q0", q0, m, m)
+            pr.half("q1", q1, n, n)
+            pr.half("h", mat("ds" if into else "hs", m, n), m, n)
+            pr.mm("q0", "h", mat("ts", m, n), m, n, m, tri="a_upper")  # A = Q_0 h Q_1^T
+            pr.half("t", mat("ts", m, n), m, n)
+            pr.mm("t", "q1", mat("as", m, n), m, n, n, tb=True, tri="b_lower")
+            # B = Q_0^-T V Q_1^-1 (float32): W = V^T Q_0^-1 (n x m, in ts), then B = W^T Q_1^-1 (in bs); panels in Sa
             copy2d(r, mat("ts", n, m), mat("vs", m, n), n, m, transpose=True)
             trsm_right(r, mat("ts", n, m), q0, n, m, w["Sa"])
             copy2d(r, mat("bs", m, n), mat("ts", n, m), m, n, transpose=True)
             trsm_right(r, mat("bs", m, n), q1, m, n, w["Sa"])
-            for side, sz, q in (("Q_0", m, q0), ("Q_1", n, q1)):
+            pr.half("a", mat("as", m, n), m, n)
+            pr.half("b", mat("bs", m, n), m, n)
+            for side, sz in (("Q_0", m), ("Q_1", n)):
                 ss, other = sz * sz, mn // sz
                 sa, sb = Mat(w["Sa"], 0, ss, sz), Mat(w["Sb"], 0, ss, sz)
                 kw = dict(tb=True) if side == "Q_0" else dict(ta=True)
-                for src, dst in (("as", sa), ("bs", sb)):  # A A^T and B B^T (side 0), A^T A and B^T B (side 1)
-                    gemm(mat(src, m, n), mat(src, m, n), dst, sz, sz, other, **kw)
+                pr.mm("a", "a", sa, sz, sz, other, **kw)  # A A^T and B B^T (side 0), A^T A and B^T B (side 1)
+                pr.mm("b", "b", sb, sz, sz, other, **kw)
                 run_k("kron_terms", -(-B * ss // 256), words=dict(count=B * ss), sa="Sa", sb="Sb")
                 cols = B * -(-sz // 256)  # norm_lower_bound(t1 + t2) into bound, in passes
                 for what in range(4):
@@ -195,16 +198,31 @@ class Kron(MatrixOptimizer):
                     run_k("kron_nl_vec", B, words=nl, xv="xv", vals="nl", q="bound")
                 run_k("kron_tri", -(-B * ss // 256), words=dict(s=sz, count=B * ss, plr=plr, slot0=s0), sa="Sa",
                       vals="bound")
-                tri_gemm(r, sa, q, sb, sz, sz, sz, tri="both_upper")                 # T Q (upper: its triangle)
-                run_k("kron_sub", -(-B * ss // 256), words=dict(count=B * ss, off=q.off, s=sz), q=side, sb="Sb")
+                pr.half("T", sa, sz, sz)
+                pr.mm("T", "q0" if side == "Q_0" else "q1", sb, sz, sz, sz, tri="both_upper")  # T Q (its triangle)
+                run_k("kron_sub", -(-B * ss // 256), words=dict(count=B * ss, off=s0 * ss, s=sz), q=side, sb="Sb")
         # P = Q_0^T Q_0 d Q_1^T Q_1 (into as), its RMS cap, the update
-        tri_gemm(r, q0, mat("ds", m, n), mat("ts", m, n), m, n, m, tri="a_upper")
-        tri_gemm(r, q0, mat("ts", m, n), mat("bs", m, n), m, n, m, ta=True, tri="a_lower")
-        tri_gemm(r, mat("bs", m, n), q1, mat("ts", m, n), m, n, n, tb=True, tri="b_lower")
-        tri_gemm(r, mat("ts", m, n), q1, mat("as", m, n), m, n, n, tri="b_upper")
+        pr.half("q0", q0, m, m)
+        pr.half("q1", q1, n, n)
+        pr.half("d", mat("ds", m, n), m, n)
+        pr.mm("q0", "d", mat("ts", m, n), m, n, m, tri="a_upper")
+        pr.half("t", mat("ts", m, n), m, n)
+        pr.mm("q0", "t", mat("bs", m, n), m, n, m, ta=True, tri="a_lower")
+        pr.half("t", mat("bs", m, n), m, n)
+        pr.mm("t", "q1", mat("ts", m, n), m, n, n, tb=True, tri="b_lower")
+        pr.half("t", mat("ts", m, n), m, n)
+        pr.mm("t", "q1", mat("as", m, n), m, n, n, tri="b_upper")
         run_k("kron_rms", B, words=dict(count=mn, off=s0 * mn, batch=B, slot0=s0), sx="as", vals="scale")
         for (rr, b, c, ln) in rows:
             kapp.dispatch(enc, self._pbind(kapp, rr, b, c, w), -(-ln // 256))
+
+    def _products(self, r, shape, s0) -> HalfProducts:
+        """The float16 products of a run (matmul_dtype="float16"): float16 copies by name in the shape's buffers."""
+        m, n = shape
+        big = max(m, n) ** 2
+        h16 = self._halves(shape, dict(q0=m * m, q1=n * n, h=m * n, t=m * n, a=m * n, b=m * n, d=m * n, T=big,
+                                       scratch=max(big, m * n)), 8)
+        return HalfProducts(r, self._mm_path, h16, h16["scales"], s0)
 
     def _pbind(self, k, r, b, c, w):
         key = ("kron", k.entry, r, id(w["ds"]), id(b.states.get("momentum_buffer")))

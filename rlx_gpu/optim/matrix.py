@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import linalg
 from ..engine import Optimizer
+from ..linalg.half import Scales
 from ..runtime.kernels import shipped_kernel
 
 F32 = np.float32
@@ -45,6 +47,7 @@ class MatrixOptimizer(Optimizer):
         self._mp = dev.buffer(REC_BYTES * r, f"{name}.pieces")
         self._keep: list = []  # (this step's parameter buffers, until the next step)
         self._cache: dict = {}  # (rlx_gpu.linalg's work and parameter buffers, made once per setting)
+        self._check_f16()
 
     #: The subclass's shader file (``_k`` compiles its entry points).
     wgsl = ""
@@ -82,6 +85,30 @@ class MatrixOptimizer(Optimizer):
     def _record_range(self, r: int) -> tuple:
         """Piece record ``r`` as a binding range of the records' buffer."""
         return (self._mp, r * REC_BYTES, REC_BYTES)
+
+    # -- matmul_dtype="float16" (SOAP, Kron, StiefelSGD): the products' inputs in float16 -------------------------
+    #: The float16 GEMM that runs (:func:`rlx_gpu.linalg.gemm_path`: "subgroup-matrix" or "tiled"; "emulated" where
+    #: set by hand), resolved when a group first asks for float16.
+    _mm_path: str | None = None
+
+    def _begin_checks(self, grads, check: bool):
+        self._check_f16()  # (a group may have switched to float16 since: refused before anything is recorded)
+        return super()._begin_checks(grads, check)
+
+    def _check_f16(self) -> None:
+        if any(g.get("matmul_dtype") == "float16" for g in self.param_groups):
+            linalg.f16_device(self.device, f"{type(self).__name__}(matmul_dtype='float16')")
+            self._mm_path = self._mm_path or linalg.gemm_path(np.float16, self.device)
+
+    def _halves(self, shape, sizes: dict, scale_slots: int) -> dict:
+        """Shape ``shape``'s float16 buffers (name -> elements a matrix; made on first use, kept) and its
+        :class:`~rlx_gpu.linalg.half.Scales` (``w16["scales"]``)."""
+        w = self._work[shape]
+        if "h16" not in w:
+            B, name = len(self._groups[shape]), type(self).__name__
+            w["h16"] = {k: self.device.buffer(2 * B * v + 4, f"{name}.{k}{shape}") for k, v in sizes.items()}
+            w["h16"]["scales"] = Scales.make(self.device, B, scale_slots, f"{name}.scales{shape}")
+        return w["h16"]
 
     def _check_matrices(self) -> None:
         """The subclass's shape checks (2-D tensors at least), before anything is grouped by shape."""

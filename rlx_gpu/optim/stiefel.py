@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import linalg
 from ..linalg.factor import BLOCK, Mat, Rec, lu_solve
+from ..linalg.half import FloatProducts, HalfProducts
 from ..reference import stiefel as ref
 from ..runtime.params import Params, declare
 from .matrix import MatrixOptimizer
@@ -78,8 +79,8 @@ class StiefelSGD(MatrixOptimizer):
         """Every piece's two kernels, and per shape each of the four settings (momentum, manifold) at its worst:
         Cholesky-QR twice (two dispatches a 32-column block for the Cholesky, two for the solve) or the Cayley
         step (five a block of its 2p-wide LU solve)."""
-        per = sum(20 + 8 * _blocks(p) + 5 * _blocks(2 * p) for _, p in self._groups)
-        return 2 * self._pieces_count() + 4 * per + 8
+        per = sum(40 + 8 * _blocks(p) + 5 * _blocks(2 * p) for _, p in self._groups)
+        return 2 * self._pieces_count() + 8 * per + 8
 
     def _kernel_constants(self) -> dict:
         return self._consts
@@ -92,9 +93,8 @@ class StiefelSGD(MatrixOptimizer):
         jobs = []
         for shape, ts in self._groups.items():
             active = [t for t in ts if self._active[t]]
-            for mom, can in ((False, False), (True, False), (False, True), (True, True)):
-                members = [t for t in active if (self.param_groups[self._group_of[t]]["momentum"] > 0) == mom and
-                           (self.param_groups[self._group_of[t]]["manifold"] == "canonical") == can]
+            for mom, can, half in ((a, b, c) for a in (False, True) for b in (False, True) for c in (False, True)):
+                members = [t for t in active if self._setting(t) == (mom, can, half)]
                 if not members:
                     continue
                 q = (2 if mom else 1) * shape[1] if can else 0
@@ -102,14 +102,20 @@ class StiefelSGD(MatrixOptimizer):
                 for slot, t in enumerate(members):
                     rows += self._piece_records(words, t, PIECE, slot * shape[0] * shape[1], rec=t * self.record.size,
                                                 gm_word=gm_word, momentum=int(mom), q=q, p=shape[1])
-                jobs.append((shape, members, mom, q, rows))
+                jobs.append((shape, members, mom, q, rows, half))
         dev.queue.write_buffer(self._mp, 0, words)
-        for shape, members, mom, q, rows in jobs:
-            self._encode_shape(enc, shape, members, mom, q, rows, keep)
+        for shape, members, mom, q, rows, half in jobs:
+            self._encode_shape(enc, shape, members, mom, q, rows, half, keep)
         self._keep = keep
 
-    def _encode_shape(self, enc, shape, members, mom, q, rows, keep) -> None:
-        """One batch of matrices of one shape and one setting (momentum on or off; ``q`` > 0: canonical)."""
+    def _setting(self, t) -> tuple:
+        """(momentum, canonical, float16 products) of tensor t's group: the batches' kinds."""
+        g = self.param_groups[self._group_of[t]]
+        return (g["momentum"] > 0, g["manifold"] == "canonical", g["matmul_dtype"] == "float16")
+
+    def _encode_shape(self, enc, shape, members, mom, q, rows, half, keep) -> None:
+        """One batch of matrices of one shape and one setting (momentum on or off; ``q`` > 0: canonical; ``half``:
+        the projections' products through float16)."""
         dev, cache = self.device, self._cache
         n, p = shape
         B = len(members)
@@ -122,21 +128,29 @@ class StiefelSGD(MatrixOptimizer):
         for (r, b, c, ln) in rows:
             kg.dispatch(enc, self._pbind(kg, r, b, c, w, mom, vv), -(-ln // 256))
 
-        def gemm(a, bb, c, M, N, K, **kw):
-            linalg.gemm(dev, enc, w[a], w[bb], w[c], M, N, K, batch=B, keep=keep, cache=cache, **kw)
+        r = Rec(dev, enc, B, keep, cache)
+        mat = {k: Mat(w[k], 0, np_, p) for k in ("xs", "gs", "ms", "ys", "zs")}
+        small = Mat(w["small"], 0, pp, p)
+        pr = self._products(r, shape) if half else FloatProducts(r)
 
         def sym():
             k = self._k("st_sym")
             k.dispatch(enc, k.cached_bind({"small": w["small"], "sp": prm}), -(-B * pp // 256))
 
-        def proj(x, v):  # v = v - x sym(x^T v)
-            gemm(x, v, "small", p, p, n, ta=True, strides=(np_, np_, pp))
+        def proj(x, v):  # v = v - x sym(x^T v)  (the products through float16 with matmul_dtype="float16")
+            pr.half(x, mat[x], n, p)
+            pr.half(v, mat[v], n, p)
+            pr.mm(x, v, small, p, p, n, ta=True)
             sym()
-            gemm(x, "small", v, n, p, p, strides=(np_, pp, np_), alpha=-1.0, beta=1.0)
+            pr.half("s", small, p, p)
+            pr.mm(x, "s", mat["zs"], n, p, p, sub=mat[v])
 
         if q:  # canonical: r = g - X g^T X
-            gemm("gs", "xs", "small", p, p, n, ta=True, strides=(np_, np_, pp))
-            gemm("xs", "small", "gs", n, p, p, strides=(np_, pp, np_), alpha=-1.0, beta=1.0)
+            pr.half("gs", mat["gs"], n, p)
+            pr.half("xs", mat["xs"], n, p)
+            pr.mm("gs", "xs", small, p, p, n, ta=True)
+            pr.half("s", small, p, p)
+            pr.mm("xs", "s", mat["zs"], n, p, p, sub=mat["gs"])
         else:
             proj("xs", "gs")
         k = self._k("st_momentum")
@@ -150,6 +164,13 @@ class StiefelSGD(MatrixOptimizer):
             proj("ys", "ms")
         for (r, b, c, ln) in rows:
             ks.dispatch(enc, self._pbind(ks, r, b, c, w, mom, vv), -(-ln // 256))
+
+    def _products(self, r, shape) -> HalfProducts:
+        """The float16 products of a batch (matmul_dtype="float16"): float16 copies by name in the shape's
+        buffers."""
+        n, p = shape
+        h16 = self._halves(shape, dict(xs=n * p, gs=n * p, ys=n * p, ms=n * p, s=p * p, scratch=n * p), 5)
+        return HalfProducts(r, self._mm_path, h16, h16["scales"], 0)
 
     def _cayley_buffers(self, shape) -> dict:
         """The Cayley retraction's work buffers for a shape (made on first use)."""
