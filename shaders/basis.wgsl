@@ -155,7 +155,7 @@ fn nonfinite(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     if (i >= per * op.batch) { return; }
     let z = i / per;
     let v = A[op.s_off + z * op.s_bs + ((i % per) / op.cols) * op.s_sr + (i % per) % op.cols];
-    if (!(abs(v) <= 3.4028235e38)) { order[op.o_off + z] = 1u; }
+    if ((bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u) { order[op.o_off + z] = 1u; }  // (inf or NaN)
 }
 
 @compute @workgroup_size(256)

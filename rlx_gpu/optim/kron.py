@@ -55,6 +55,8 @@ class Kron(MatrixOptimizer):
         pytorch_optimizer's schedule; a number or a callable of the step).  max_size_triangular (8192).
         momentum_into_precondition_update (True).  precond_lr (0.1).  precond_init_scale (1.0).
         balance_prob (0.01).  seed (0, a hyperparameter: saved).  probe (None, keyword only: not saved).
+        matmul_dtype ("float32" | "float16": the products' inputs in float16 with float32 sums, on the tensor-core
+        GEMM where the device has subgroup matrices, else gemm16; the triangular solves stay float32).
     State: step, momentum_buffer, Q_0, Q_1 (pytorch_optimizer's list Q).
     """
     spec = ref.Kron

@@ -39,7 +39,9 @@ class SOAP(MatrixOptimizer):
             ValueError; route them to AdamW with :class:`rlx_gpu.Partition`).
         lr (3e-3).  betas ((0.95, 0.95)).  shampoo_beta (None: betas[1]).  weight_decay (1e-2, decoupled, by
         lr).  precondition_frequency (10).  correct_bias (True).  normalize_gradient (False).  eps (1e-8).
-        decompositions ("device" | "host").
+        decompositions ("device" | "host").  matmul_dtype ("float32" | "float16": the projections' and GG
+        products' inputs in float16 with float32 sums, on the tensor-core GEMM where the device has subgroup
+        matrices, else gemm16; the power iteration and the decompositions stay float32).
     State (pytorch_optimizer's names): step, exp_avg, exp_avg_sq, GG_0, GG_1, Q_0, Q_1 (its lists GG and Q).
     """
     spec = ref.SOAP

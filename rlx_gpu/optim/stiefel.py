@@ -44,6 +44,9 @@ class StiefelSGD(MatrixOptimizer):
         params: dict name -> (n, p) float32 array with n >= p and orthonormal columns (checked: ValueError naming
             the tensor otherwise), torch tensors, or a list of param-group dicts.
         lr (1e-3).  momentum (0).  dampening (0).  weight_decay (0).  nesterov (False).  manifold ("euclidean").
+        matmul_dtype ("float32" | "float16": the tangent projections' products in float16 with float32 sums, on
+        the tensor-core GEMM where the device has subgroup matrices, else gemm16; the retractions stay float32,
+        so the points stay on the manifold to float32 rounding).
     State (geoopt's names): step[, momentum_buffer].
     """
     spec = ref.StiefelSGD

@@ -116,7 +116,10 @@ def balance(q0, q1) -> None:
 
 
 class Kron(MatrixTwin):
-    """Kron: PSGD with Kronecker-factored triangular preconditioners (pytorch_optimizer.Kron), 2-D tensors."""
+    """Kron: PSGD with Kronecker-factored triangular preconditioners (pytorch_optimizer.Kron), 2-D tensors.
+    Hyperparameters as ``rlx_gpu.Kron``'s (lr, momentum, weight_decay, weight_decouple, precond_update_prob,
+    max_size_triangular, momentum_into_precondition_update, precond_lr, precond_init_scale, balance_prob, seed,
+    matmul_dtype: float32 here whatever it says)."""
     defaults = dict(lr=1e-3, momentum=0.9, weight_decay=0.0, weight_decouple=True, precond_update_prob=None,
                     max_size_triangular=8192, momentum_into_precondition_update=True, precond_lr=0.1,
                     precond_init_scale=1.0, balance_prob=0.01, seed=0, matmul_dtype="float32")

@@ -89,7 +89,10 @@ def needs_host(step: int, frequency: int) -> str | None:
 
 
 class SOAP(MatrixTwin):
-    """SOAP: Adam in the eigenbasis of Shampoo's preconditioners (pytorch_optimizer.SOAP's semantics), 2-D tensors."""
+    """SOAP: Adam in the eigenbasis of Shampoo's preconditioners (pytorch_optimizer.SOAP's semantics), 2-D tensors.
+    Hyperparameters as ``rlx_gpu.SOAP``'s (lr, betas, shampoo_beta, weight_decay, precondition_frequency,
+    correct_bias, normalize_gradient, eps; decompositions and matmul_dtype: float64 decompositions and float32
+    products here whatever they say)."""
     defaults = dict(lr=3e-3, betas=(0.95, 0.95), shampoo_beta=None, weight_decay=1e-2, precondition_frequency=10,
                     correct_bias=True, normalize_gradient=False, eps=1e-8, decompositions="device",
                     matmul_dtype="float32")

@@ -54,7 +54,9 @@ def off_manifold(x: np.ndarray) -> float:
 
 
 class StiefelSGD(ReferenceOptimizer):
-    """Riemannian SGD with optional (Nesterov) momentum on the Stiefel manifold, as geoopt's RiemannianSGD."""
+    """Riemannian SGD with optional (Nesterov) momentum on the Stiefel manifold, as geoopt's RiemannianSGD.
+    Hyperparameters as ``rlx_gpu.StiefelSGD``'s (lr, momentum, dampening, weight_decay, nesterov, manifold,
+    matmul_dtype: float32 here whatever it says)."""
     defaults = dict(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, manifold="euclidean",
                     matmul_dtype="float32")
     all_state_names = ("momentum_buffer",)

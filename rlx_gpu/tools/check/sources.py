@@ -116,6 +116,7 @@ def shipped() -> list:
                       ("muon.wgsl", {}), ("topk.wgsl", {"EF": True}), ("topk.wgsl", {"EF": False}),
                       ("topk_rebuild.wgsl", {}), ("stiefel.wgsl", {}), ("partition.wgsl", {}),
                       ("soap.wgsl", {}), ("kron.wgsl", {}), ("gemm16.wgsl", {}),
+                      ("factor.wgsl", {}), ("householder.wgsl", {}), ("basis.wgsl", {}), ("half.wgsl", {}),
                       ("qat_kernels.wgsl", {"WG": 256, "EPT": 4})):
         code, origin = src.resolve(d / f)
         tail = params.structs(f)  # (the parameter structs the runtime puts after the text: runtime/params.py)
