@@ -19,6 +19,7 @@ API = {
     "rlx_gpu.reference": "the NumPy twins: each optimizer's readable specification",
     "rlx_gpu.schedules": "learning-rate schedules with torch.optim.lr_scheduler's semantics",
     "rlx_gpu.linalg": "matrix algebra on the device: GEMM, Newton-Schulz, Cholesky-QR",
+    "rlx_gpu.qat": "quantization-aware training: fake quantization, its gradients and torch.ao's observers",
     "rlx_gpu.distributed": "ZeRO-1 over torch.distributed or MPI",
     "rlx_gpu.compression": "top-k gradient compression with error feedback",
     "rlx_gpu.torch": "torch.optim.Optimizer subclasses over the same engine (needs torch)",
@@ -31,8 +32,10 @@ FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<lang>[\w+-]*)[^\n]*\n(?P<code>.*?)^
 
 def public(module: str) -> list:
     """The public names of a module: its ``__all__`` (modules among them excluded: they have pages of their own).
-    ``rlx_gpu.torch`` (which imports torch) has one class per optimizer: ``rlx_gpu.optim``'s names."""
-    mod = importlib.import_module("rlx_gpu.optim" if module == "rlx_gpu.torch" else module)
+    ``rlx_gpu.torch`` (which imports torch) has one class per optimizer (``rlx_gpu.optim``'s names) and Partition."""
+    if module == "rlx_gpu.torch":
+        return public("rlx_gpu.optim") + ["Partition"]
+    mod = importlib.import_module(module)
     return [n for n in mod.__all__ if not inspect.ismodule(getattr(mod, n))]
 
 
@@ -65,8 +68,9 @@ def torch_page() -> str:
     """``rlx_gpu.torch`` from its source (the docs build imports no torch): its docstring and its classes."""
     doc = ast.get_docstring(ast.parse((ROOT / "rlx_gpu" / "addons" / "torch.py").read_text()))
     lines = ["# `rlx_gpu.torch`", "", plain(doc), "", "| class | wraps |", "|---|---|"]
-    lines += [f"| `rlx_gpu.torch.{n}` | [`rlx_gpu.{n}`](../optimizers/{n}.md) as a `torch.optim.Optimizer`: the same "
-              "constructor, hyperparameters and state |" for n in public("rlx_gpu.torch")]
+    lines += [f"| `rlx_gpu.torch.{n}` | [`rlx_gpu.{n}`]({'rlx_gpu.md' if n == 'Partition' else f'../optimizers/{n}.md'}) "
+              "as a `torch.optim.Optimizer`: the same constructor, hyperparameters and state |"
+              for n in public("rlx_gpu.torch")]
     return "\n".join(lines) + "\n"
 
 

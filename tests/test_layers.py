@@ -127,3 +127,46 @@ def test_facade_modules_are_thin(path):
 def test_modules_are_short(path):
     n = len(path.read_text().splitlines())
     assert n <= MAX_LINES, f"{path.name} has {n} lines"
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def engine_private_names() -> set:
+    """The private attributes and methods the classes below the add-ons define (``self._x = ...``, ``def _x``,
+    ``_x = ...`` in a class body): what an engine object keeps to itself."""
+    names = set()
+    for lay in LAYERS[:LAYERS.index("addons")]:
+        for p in (PKG / lay).rglob("*.py"):
+            for node in ast.walk(ast.parse(p.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _private(node.name):
+                    names.add(node.name)
+                elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _private(node.attr)
+                      and isinstance(node.value, ast.Name) and node.value.id == "self"):
+                    names.add(node.attr)
+                elif isinstance(node, ast.ClassDef):
+                    for st in node.body:
+                        targets = st.targets if isinstance(st, ast.Assign) else [getattr(st, "target", None)]
+                        names |= {t.id for t in targets if isinstance(t, ast.Name) and _private(t.id)}
+    return names
+
+
+def test_addons_and_tools_use_public_engine_api_only():
+    """addons/ and tools/ reach no private attribute of an engine object (``opt._hyper``, ``inner._grad_mul``,
+    ``getattr(opt, "_x")``): only their own objects' (``self._x``, or a name no lower layer defines)."""
+    private = engine_private_names()
+    assert {"_hyper", "_grad_mul", "_step_begin", "_names"} <= private  # (the check sees what it must)
+    bad = []
+    for lay in ("addons", "tools"):
+        for p in sorted((PKG / lay).rglob("*.py")):
+            for node in ast.walk(ast.parse(p.read_text())):
+                own = isinstance(getattr(node, "value", None), ast.Name) and node.value.id in ("self", "cls")
+                if isinstance(node, ast.Attribute) and node.attr in private and not own:
+                    bad.append(f"{p.relative_to(PKG)}:{node.lineno}: {ast.unparse(node)}")
+                elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                      and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) > 1
+                      and isinstance(node.args[1], ast.Constant) and node.args[1].value in private
+                      and not (isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls"))):
+                    bad.append(f"{p.relative_to(PKG)}:{node.lineno}: {ast.unparse(node)}")
+    assert not bad, "private engine attributes reached from add-ons or tools:\n" + "\n".join(bad)

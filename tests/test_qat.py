@@ -282,6 +282,31 @@ def test_gpu_observers_are_torch(device, name):
 
 
 @pytest.mark.gpu
+def test_gpu_observers_take_your_kernels_buffers(device):
+    """An observer records float32 values a user's kernel wrote into a buffer of its own (a range as Program binds
+    it, with its shape), in the user's encoder: the same state as the twin's; a range that cannot hold the shape,
+    or no device for a bare range, is refused and changes nothing."""
+    rng = np.random.default_rng(10)
+    xs = [rng.standard_normal((6, 10)).astype(np.float32) * (k + 1) for k in range(3)]
+    buf = device.buffer(256 + 4 * 60, "mine")
+    twin = O.MovingAveragePerChannelMinMaxObserver(dtype="qint8", qscheme="per_channel_symmetric", ch_axis=1)
+    obs = qat.MovingAveragePerChannelMinMaxObserver(dtype="qint8", qscheme="per_channel_symmetric", ch_axis=1)
+    for x in xs:
+        device.queue.write_buffer(buf, 256, x)
+        enc = device.encoder()
+        obs.record(enc, {"buffer": buf, "offset": 256, "size": 240}, shape=(6, 10), device=device)
+        device.submit(enc)
+        twin(x)
+    assert (bits(obs.calculate_qparams()[0]) == bits(twin.calculate_qparams()[0])).all()
+    assert (bits(obs.min_val) == bits(twin.min_val)).all() and (bits(obs.max_val) == bits(twin.max_val)).all()
+    with pytest.raises(ValueError, match="cannot hold shape"):
+        obs.record(device.encoder(), (buf, 256, 240), shape=(7, 10))
+    with pytest.raises(ValueError, match="pass device="):
+        qat.MinMaxObserver().record(device.encoder(), buf)
+    assert (bits(obs.min_val) == bits(twin.min_val)).all()
+
+
+@pytest.mark.gpu
 def test_errors_name_the_argument(device):
     x = np.ones(4, np.float32)
     with pytest.raises(TypeError, match="float32"):

@@ -12,13 +12,18 @@ from rlx_gpu.reference import qat as R
 from cases import TABLE
 
 pytestmark = pytest.mark.gpu
-SPEC = {"w": "int8/channel/values", "b": "int4", "v": "int4/channel/values-bf16", "e": "int8"}
+SPEC = {"w": "int8/channel/values", "b": "int4", "v": "int4/channel/values-bf16", "e": "int8",
+        "m": "int8/channel/values", "n": "int4/channel/values-bf16"}
+# exported in the update pass itself: whole channels fit a workgroup (rows of 128 and 64, a 7- and a 5000-element
+# tensor); w (rows of 129) and v (rows of 555: not a whole number of int4 words) take the second pass
+FUSED = {"b", "e", "m", "n"}
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def params(rng, dtype=np.float32):
     p = {"w": rng.standard_normal((37, 129)), "b": rng.standard_normal(7), "v": rng.standard_normal((9, 555)),
-         "e": rng.standard_normal(5000) * 3, "other": rng.standard_normal(11)}
+         "e": rng.standard_normal(5000) * 3, "other": rng.standard_normal(11), "m": rng.standard_normal((37, 128)),
+         "n": rng.standard_normal((9, 64)) * 0.1}
     return {k: v.astype(np.float32).astype(dtype) for k, v in p.items()}
 
 
@@ -72,6 +77,7 @@ def test_export_equals_quantizing_the_updated_weights(device, cls, options):
             cls(p, **options, qat=SPEC, device=device)
         return
     opt = cls(p, **options, qat=SPEC, device=device)
+    assert {n for n, q in opt.qat.items() if q.fused} == FUSED
     check(opt)  # (the copy of the initial weights)
     for k in range(3):
         opt.step(grads(rng, p, None if k != 1 else ("w", "e", "other")))
@@ -108,10 +114,74 @@ def test_chunked_master_bf16_and_lr_scale(device):
     for kw, dt in (({}, np.float32), ({"master_weights": True}, BF16), ({"stochastic_rounding": True}, BF16)):
         q = {k: v.astype(dt) for k, v in p.items()}
         opt = rlx_gpu.AdamW(q, lr=3e-2, qat=spec, lr_scale={"big": 0.3, "w": 2.0}, device=small, **kw)
-        assert len(opt.params["big"].bindings()) > 1
+        assert len(opt.params["big"].bindings()) > 1 and not opt.qat["big"].fused  # (chunked: the second pass)
+        assert {n for n, c in opt.qat.items() if c.fused} == FUSED
         for _ in range(3):
             opt.step(grads(rng, q, dtype=dt))
             check(opt)
+
+
+ROWS = {"wide": ((3, 3072), "int8/channel"),                # a row longer than a block: a run per row
+        "gpt": ((5, 2304), "int4/channel/values"),            # GPT-2's c_attn row length
+        "tall": ((300, 32), "int8/channel/values-bf16"),      # 64 rows per run (every workgroup slot)
+        "rest": ((130, 32), "int4/channel"),                  # runs of 64, 64 and 2 rows
+        "long": ((1, 4100), "int8/channel"),                  # one row, not a multiple of the block
+        "max": ((16384,), "int4"),                            # per tensor, the longest run
+        "thin": ((300, 8), "int4/channel"),                   # rows too short for the slots: second pass
+        "huge": ((20000,), "int8"),                           # per tensor, longer than a run: second pass
+        "odd": ((6, 36), "int4/channel")}                     # rows not whole int4 words: second pass
+
+
+@pytest.mark.parametrize("dtype,kw", [(np.float32, {}), (BF16, {}), (BF16, {"master_weights": True})],
+                         ids=["float32", "bfloat16", "bfloat16-master"])
+def test_fused_export_equals_the_second_pass(device, dtype, kw):
+    """The update pass's own export (whole channels in a workgroup) against the second pass (QAT_FUSE off), bit for
+    bit, and both against quantizing the updated weights: rows longer and shorter than a block, every workgroup
+    slot, a tensor of one row, the longest per-tensor run, and the shapes that fall back; a skipped step and
+    tensors without a grad."""
+    rng = np.random.default_rng(5)
+    p = {n: (rng.standard_normal(s) * rng.uniform(0.01, 3)).astype(np.float32).astype(dtype)
+         for n, (s, _) in ROWS.items()}
+    spec = {n: v for n, (_, v) in ROWS.items()}
+    second = type("AdamW", (rlx_gpu.AdamW,), {"QAT_FUSE": False})
+    fused = rlx_gpu.AdamW(p, lr=1e-2, qat=spec, skip_nonfinite=True, device=device, **kw)
+    other = second(p, lr=1e-2, qat=spec, skip_nonfinite=True, device=device, **kw)
+    assert {n for n, c in fused.qat.items() if c.fused} == set(ROWS) - {"thin", "huge", "odd"}
+    assert not any(c.fused for c in other.qat.values())
+    for k in range(4):
+        g = grads(rng, p, None if k != 2 else ("wide", "tall", "huge"), dtype)
+        if k == 1:
+            g["gpt"][0, 0] = np.inf  # (skipped: no copy changes)
+        before = snapshot(fused)
+        for o in (fused, other):
+            o.step(g)
+        assert fused.last_step_skipped == (k == 1) and same(snapshot(fused), snapshot(other))
+        if k == 1:
+            assert same(before, snapshot(fused))
+        check(fused)
+
+
+def test_buckets_of_two_dtypes(device):
+    """float32 and bfloat16 tensors in one optimizer (two buckets, one block numbering): both fused and not."""
+    rng = np.random.default_rng(6)
+    p = {"a": rng.standard_normal((37, 128)).astype(np.float32), "b": rng.standard_normal((9, 64)).astype(BF16),
+         "c": rng.standard_normal((5, 129)).astype(BF16), "d": rng.standard_normal(3000).astype(np.float32)}
+    spec = {"a": "int8/channel", "b": "int4/channel/values", "c": "int8/channel", "d": "int4"}
+    opt = rlx_gpu.AdamW(p, lr=1e-2, qat=spec, device=device)
+    assert len(opt.buckets) == 2 and {n for n, c in opt.qat.items() if c.fused} == {"a", "b", "d"}
+    for _ in range(3):
+        opt.step({n: rng.standard_normal(a.shape).astype(np.float32).astype(a.dtype) for n, a in p.items()})
+        check(opt)
+
+
+def test_a_step_with_every_copy_fused_adds_no_dispatch(device):
+    p = {"w": np.ones((64, 256), np.float32), "b": np.ones(10, np.float32)}
+    plain = rlx_gpu.AdamW(p, device=device)
+    opt = rlx_gpu.AdamW(p, qat={"w": "int8/channel", "b": "int4"}, device=device)
+    for o in (plain, opt):
+        o.step({n: np.full(a.shape, 0.5, np.float32) for n, a in p.items()})
+    assert all(c.fused for c in opt.qat.values()) and len(opt._binds["plan"]) == len(plain._binds["plan"])
+    check(opt)
 
 
 def test_checkpoints_state_dicts_and_writes_refresh_the_copy(device, tmp_path):
@@ -126,8 +196,8 @@ def test_checkpoints_state_dicts_and_writes_refresh_the_copy(device, tmp_path):
     fresh = rlx_gpu.AdamW(params(np.random.default_rng(9)), lr=1e-2, qat=SPEC, device=device)
     fresh.load_state_dict(opt.state_dict(), params=opt.read_params())
     assert same(snapshot(opt), snapshot(fresh))
-    fresh.write_params({"w": np.zeros((37, 129), np.float32)})
-    assert (fresh.qat["w"].codes() == 0).all()
+    fresh.write_params({"w": np.zeros((37, 129), np.float32), "m": np.full((37, 128), -2.0, np.float32)})
+    assert (fresh.qat["w"].codes() == 0).all() and (fresh.qat["m"].codes() == -127).all()  # (-2 * (1/s): -127.49..)
     check(fresh)
 
 

@@ -41,7 +41,7 @@ def to_torch_state_dict(sd, like=None) -> dict:
     import torch  # noqa: F401  (the tensors made here)
     fixed = {}
     if not isinstance(sd, dict):
-        fixed, sd = _torch_keys(sd), sd._native_state_dict(dequantize=True)  # (torch's states: float32 moments)
+        fixed, sd = _torch_keys(sd), sd.numpy_state_dict(dequantize=True)  # (torch's states: float32 moments)
     index = {n: i for i, n in enumerate(_names_of(sd))}
     state = {index[n]: state_to_torch(st) for n, st in sd["state"].items()}
     groups = []

@@ -9,17 +9,16 @@ A step records each part's grad uploads and its pass over the grads (norm, inf/N
 (``shaders/partition.wgsl``) that makes the clip's norm and the skip verdict global across the parts, then each
 part's update, gated on the verdict; one submission. ``clip_grad_norm`` clips with the norm over every part's
 grads; with ``skip_nonfinite`` or a GradScaler (``scaler.step(opt, grads)``) a step with inf/NaN in any part is
-skipped in every part. At most four parts (the combine pass binds four records).
+skipped in every part. At most four parts (rlx_gpu.engine.StepGroup, which does all of this).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..core.partition import MAX_PARTS, PartitionBase
+from ..core.partition import PartitionBase
 from ..core.torchcontract import TorchAware
 from ..core.torchpartition import PartitionContract
-from ..engine import Optimizer
-from ..runtime.kernels import shipped_kernel
+from ..engine import Optimizer, StepGroup
 
 __all__ = ["Partition"]
 
@@ -49,10 +48,7 @@ class Partition(PartitionBase, metaclass=TorchAware):
                  skip_nonfinite=False):
         super().__init__(params, label, optimizers, device=device, clip_grad_norm=clip_grad_norm,
                          skip_nonfinite=skip_nonfinite)
-        dev = self.device
-        self._combine = shipped_kernel(dev, "partition.wgsl", "combine")
-        self._dummies = [dev.buffer(16, "Partition.no-part") for _ in range(MAX_PARTS)]
-        self._prm = None
+        self._group = StepGroup(list(self.parts.values()))
         self._last_skipped = False
 
     @property
@@ -82,57 +78,10 @@ class Partition(PartitionBase, metaclass=TorchAware):
         if self._torch and grads is None:
             grads = {}
             for p in self.parts.values():
-                grads.update(p._torch_prologue(None, None)[1])
+                grads.update(p.torch_grads())
         routed = {k: None for k in self.parts} if grads is None else self._route(grads)
         if routed:
-            self._step_parts(routed, loss_scale)
+            self._group.step({self.parts[k]: g for k, g in routed.items()}, loss_scale=loss_scale)
         for k in routed:
-            self.parts[k]._torch_epilogue()
+            self.parts[k].torch_write_back()
         return loss
-
-    def _step_parts(self, routed: dict, loss_scale) -> None:
-        check = self.skip_nonfinite or loss_scale is not None
-        subs = []
-        for k, g in routed.items():  # (everything checked before anything is recorded)
-            subs.append((self.parts[k], g, self.parts[k]._begin_checks(g, check)))
-        with_lock = [p.lock for p, _, _ in subs]
-        for lk in with_lock:
-            lk.acquire()
-        try:
-            enc = self.device.device.create_command_encoder()
-            states = []
-            for i, (p, g, active) in enumerate(subs):
-                st = p._step_begin(enc, g, active, check, loss_scale, pending=(i == 0))
-                p._step_suspend(st)
-                states.append(st)
-            if len(subs) > 1 and (check or self.clip_grad_norm is not None):
-                self._record_combine(enc, [p for p, _, _ in subs], check)
-            outs = [p._step_end(enc, st, submit=False) for (p, _, _), st in zip(subs, states)]
-            subs[0][0]._submit(enc)
-            for (p, _, _), st, out in zip(subs, states, outs):
-                if check:
-                    p._step_mapped(st, out)
-            if loss_scale is not None:
-                loss_scale.committed()
-            for p, _, _ in subs:
-                p._after_submit()
-        finally:
-            for lk in with_lock:
-                lk.release()
-
-    def _record_combine(self, enc, parts, check) -> None:
-        rec = parts[0].record
-        words = [len(parts), int(self.clip_grad_norm is not None),
-                 int(np.array(self.clip_grad_norm or 0.0, np.float32).view(np.uint32)),
-                 rec.global_word("grad_mul"), rec.global_word("total_norm"), rec.global_word("nonfinite"),
-                 rec.global_word("inv_scale"), 0] + [p.record.size * len(p._names) for p in parts]
-        prm = np.array(words, np.uint32)
-        if self._prm is None or self._prm[1] != prm.tobytes():
-            self._prm = (self.device.buffer(prm.nbytes, "Partition.prm", data=prm), prm.tobytes())
-        hyp = [p._hyper for p in parts] + self._dummies[len(parts):]
-        key = tuple(id(h) for h in hyp) + (id(self._prm[0]),)
-        if getattr(self, "_bind_key", None) != key:
-            self._bind = self._combine.bind({"h0": hyp[0], "h1": hyp[1], "h2": hyp[2], "h3": hyp[3],
-                                             "prm": self._prm[0]})
-            self._bind_key = key
-        self._combine.dispatch(enc, self._bind, 1)

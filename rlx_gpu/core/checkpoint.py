@@ -46,7 +46,7 @@ def _jsonable(v):
 def save(opt, path) -> None:
     """Write ``opt``'s params, state, steps, hyperparameters and options to ``path`` atomically."""
     with opt.lock:  # params and state of the same step
-        sd = opt._native_state_dict()  # (rlx_gpu's format, also for a torch-built optimizer)
+        sd = opt.numpy_state_dict()  # (rlx_gpu's format, also for a torch-built optimizer)
         params = opt.read_params()
     names = list(params)
     index = {n: i for i, n in enumerate(names)}
@@ -126,7 +126,7 @@ def restore(opt, path, cast: bool = False) -> None:
     with opt.lock:
         sd, params, scale = restore_plan(opt, path)
         try:
-            opt._native_load_state_dict(sd, cast=cast, params=params)  # validates everything before changing anything
+            opt.load_numpy_state_dict(sd, cast=cast, params=params)  # validates everything before changing anything
         except (ValueError, TypeError, KeyError) as e:
             raise ValueError(f"{os.fspath(path)}: {e}") from e
         opt.set_lr_scale(scale)

@@ -40,7 +40,7 @@ def named_group(group: dict, count: int) -> dict:
 def rebuilt(cls, groups, kw: dict, sd: dict):
     """An optimizer of ``cls`` made from ``groups`` and ``kw``, with state dict ``sd`` loaded (what pickle calls)."""
     opt = cls(groups, **kw)
-    opt._native_load_state_dict(sd)
+    opt.load_numpy_state_dict(sd)
     return opt
 
 
@@ -48,17 +48,21 @@ class Copyable:
     """``__deepcopy__``, ``__reduce__`` and the state-dict entry points checkpoints and copies use (a torch-built
     optimizer's ``state_dict()`` is torch's format; these are rlx_gpu's)."""
 
-    def _native_state_dict(self, **kw) -> dict:
+    def numpy_state_dict(self, **kw) -> dict:
+        """rlx_gpu's own state dict (name-keyed NumPy arrays, quantized states as codes and absmax words; what
+        checkpoints hold), also for an optimizer built from torch tensors, whose ``state_dict()`` is torch's format.
+        Keyword arguments as ``state_dict``'s (``dequantize=True``)."""
         return self.state_dict(**kw)
 
-    def _native_load_state_dict(self, sd, **kw) -> None:
+    def load_numpy_state_dict(self, sd, **kw) -> None:
+        """Load what :meth:`numpy_state_dict` gave (checked fully before anything changes)."""
         self.load_state_dict(sd, **kw)
 
     def _copy_payload(self, memo):
         """(groups, constructor keyword arguments, state dict); ``memo``: a deepcopy's (torch tensors are copied
         through it), None for pickle."""
         with self.lock:
-            sd = self._native_state_dict()
+            sd = self.numpy_state_dict()
             params = self.read_params()
         tensors = getattr(self, "_torch", {})
         if tensors:
@@ -78,7 +82,7 @@ class Copyable:
                 kw["device"] = self.device
             fresh = type(self)(groups + [named_group(param_group, sum(len(g["params"]) for g in groups))], **kw)
             new = fresh.param_groups[len(sd["param_groups"]):]
-            fresh._native_load_state_dict({"state": sd["state"],
+            fresh.load_numpy_state_dict({"state": sd["state"],
                                            "param_groups": sd["param_groups"] + [dict(g, params=list(g["params"]))
                                                                                  for g in new]})
             lock = self.lock

@@ -49,8 +49,8 @@ OPTIONS = (
            "(bitsandbytes' rule)."),
     Option("grad_dtype", None, "dtype of the gradient slots: None (each parameter's dtype) or 'float32'."),
     Option("qat", None, "quantized copies written in each step (quantization-aware training): a dict name -> "
-           "'int8' | 'int4' [+ '/channel'] [+ '/values' | '/values-bf16'] (README: Quantization-aware training); "
-           "``opt.qat[name]`` holds each copy.", gpu_only=True),
+           "'int8' or 'int4', optionally followed by '/channel' and by '/values' or '/values-bf16' (README and "
+           "guide: Quantization-aware training); ``opt.qat[name]`` holds each copy.", gpu_only=True),
     Option("device", None, "adapter selector (see ``rlx_gpu.get_device``): a backend, 'cpu', 'gpu' or part of an "
            "adapter's name; default ``RLX_GPU_ADAPTER`` or the best adapter.", gpu_only=True),
     Option("foreach", None, "torch.optim's switch, accepted for pasted code: every step is one fused dispatch per "

@@ -253,7 +253,7 @@ class PartitionBase(Copyable):
     def _copy_payload(self, memo):
         import copy
         with self.lock:
-            sd = self._native_state_dict()
+            sd = self.numpy_state_dict()
             values = dict(self._torch) if self._torch else self.read_params()
         if self._torch and memo is not None:
             values = {n: copy.deepcopy(t, memo) for n, t in values.items()}

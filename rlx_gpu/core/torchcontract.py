@@ -215,11 +215,11 @@ class TorchContract(TorchFormat):
             self._touch()
         return loss
 
-    def _native_state_dict(self, **kw) -> dict:
+    def numpy_state_dict(self, **kw) -> dict:
         with self._engine_view():
             return self._rlx_base.state_dict(self, **kw)
 
-    def _native_load_state_dict(self, sd, **kw) -> None:
+    def load_numpy_state_dict(self, sd, **kw) -> None:
         try:
             with self._engine_view(load=True):
                 self._rlx_base.load_state_dict(self, sd, **kw)
@@ -238,7 +238,7 @@ class TorchContract(TorchFormat):
         self._rlx_base.restore(self, path, cast)
 
     def _torch_param_state(self) -> dict:
-        sd = self._native_state_dict()["state"]
+        sd = self.numpy_state_dict()["state"]
         return {id(t): (t, state_to_torch(sd[n], real_shape_of(t))) for n, t in self._torch.items() if n in sd}
 
     def _load_param_state(self, tensor, st) -> None:
@@ -247,18 +247,18 @@ class TorchContract(TorchFormat):
             raise KeyError(f"{type(self).__name__}.state: the tensor is not one of this optimizer's parameters")
         if st is not None and not isinstance(st, dict):
             raise TypeError(f"{type(self).__name__}.state[{name!r}]: expected a dict of state, got {type(st).__name__}")
-        sd = self._native_state_dict()
+        sd = self.numpy_state_dict()
         sd["state"].pop(name, None)
         if st is not None:
             sd["state"][name] = state_from_torch(type(self).__name__, st)
-        self._native_load_state_dict(sd)
+        self.load_numpy_state_dict(sd)
 
     # -- copies -------------------------------------------------------------------------------------------------
     def _copy_payload(self, memo):
         """(torch's groups (``memo``: a deepcopy's, the tensors copied through it; None: pickle's, the tensors
         themselves), constructor keyword arguments, native state dict) that rebuild this optimizer."""
         with self.lock:
-            sd = self._native_state_dict()
+            sd = self.numpy_state_dict()
             groups = self.__dict__["_torch_groups"]
             groups = copy.deepcopy(groups, memo) if memo is not None else [dict(g) for g in groups]
         return groups, ctor_options(self), sd

@@ -176,6 +176,17 @@ class TorchParams:
             self._torch_views[n] = numpy_view(type(self).__name__, n, t)
             self._torch_seen[n] = (t._version, t.data_ptr())
 
+    def torch_grads(self) -> dict:
+        """Built from torch tensors: the grads ``step()`` would take now (each tensor's ``.grad``, a sparse one as a
+        RowSparse; tensors changed in torch since are uploaded first); ``{}`` otherwise. For code that steps this
+        optimizer among others through ``rlx_gpu.engine.StepGroup`` (Partition)."""
+        return (self._torch_prologue(None, None)[1] or {}) if self._torch else {}
+
+    def torch_write_back(self) -> None:
+        """Built from torch tensors: the device's values into the tensors (what ``step()`` does after a step), for
+        code that steps this optimizer through ``rlx_gpu.engine.StepGroup``; nothing otherwise."""
+        self._torch_epilogue()
+
     def _torch_prologue(self, grads, closure):
         """(closure's loss, grads): runs the closure (grad enabled for torch), uploads tensors changed in torch,
         and with no grads given takes each tensor's ``.grad``."""

@@ -34,11 +34,11 @@ class PartitionContract(TorchContract):
         self.__dict__["_name_of"] = {id(t): n for n, t in self._torch.items()}
         self.__dict__.setdefault("_state_map", TorchState(self))
 
-    def _native_state_dict(self, **kw) -> dict:
+    def numpy_state_dict(self, **kw) -> dict:
         with self._engine_view():
             return self._flat_state_dict(**kw)
 
-    def _native_load_state_dict(self, sd, cast: bool = False, **kw) -> None:
+    def load_numpy_state_dict(self, sd, cast: bool = False, **kw) -> None:
         try:
             with self._engine_view(load=True):
                 if isinstance(sd, dict) and "parts" in sd:
@@ -51,7 +51,7 @@ class PartitionContract(TorchContract):
     def load_state_dict(self, state_dict: dict, cast: bool = False) -> None:
         """torch's format over every part, or rlx_gpu's (``{"parts": ...}`` or by tensor name)."""
         if isinstance(state_dict, dict) and "parts" in state_dict:
-            return self._native_load_state_dict(state_dict, cast)
+            return self.load_numpy_state_dict(state_dict, cast)
         return super().load_state_dict(state_dict, cast)
 
     def step(self, closure=None, *, loss_scale=None):

@@ -42,7 +42,7 @@ class TorchFormat:
         """torch's format (see :mod:`rlx_gpu.core.torchsd`); the state-dict hooks run as in torch."""
         for hook in self._optimizer_state_dict_pre_hooks.values():
             hook(self)
-        native = self._native_state_dict(dequantize=dequantize)["state"]
+        native = self.numpy_state_dict(dequantize=dequantize)["state"]
         mapping, groups = self._pack_groups()
         state = {mapping[id(t)]: state_to_torch(native[n], real_shape_of(t)) for n, t in self._torch.items()
                  if n in native and id(t) in mapping}
@@ -63,7 +63,7 @@ class TorchFormat:
             if got is not None:
                 sd = got
         if _is_native(sd):
-            self._native_load_state_dict(sd, cast=cast)
+            self.load_numpy_state_dict(sd, cast=cast)
         else:
             self._load_torch_format(sd, cast)
         for hook in self._optimizer_load_state_dict_post_hooks.values():
@@ -96,7 +96,7 @@ class TorchFormat:
                 extra[k] = v
         native = [dict({k: plain(v) for k, v in s.items() if not self._skip_key(k)}, params=list(eg["params"]))
                   for s, eg in zip(saved, self.__dict__["_engine_groups"])]
-        self._native_load_state_dict({"state": state, "param_groups": native}, cast=cast)  # (checked first)
+        self.load_numpy_state_dict({"state": state, "param_groups": native}, cast=cast)  # (checked first)
         for g, s in zip(groups, saved):  # torch's update_group; keys an older state dict lacks keep their values
             s["params"] = g["params"]
             for k, v in g.items():
@@ -129,7 +129,7 @@ class TorchFormat:
     def _rebuild_engine(self) -> None:
         """A new engine over torch's groups (a scratch object, moved in once it is complete)."""
         from .copying import ctor_options
-        native = self._native_state_dict()
+        native = self.numpy_state_dict()
         kw = {k: v for k, v in ctor_options(self).items() if k not in self.defaults}
         scratch = object.__new__(type(self))
         scratch.__dict__.update(_view=threading.local(), _torch_groups=self.__dict__["_torch_groups"],
@@ -140,7 +140,7 @@ class TorchFormat:
         extra = {k: kw.pop(k) for k in type(self).extra_kwargs if k in kw}
         scratch._build_engine(kw, extra)
         new = scratch.__dict__["_engine_groups"][len(native["param_groups"]):]
-        scratch._native_load_state_dict({"state": native["state"],
+        scratch.load_numpy_state_dict({"state": native["state"],
                                          "param_groups": native["param_groups"] + [dict(g) for g in new]})
         keep = ("_view", "_torch_groups", "_torch_defaults", "lock", "defaults", "_state_map", "_gen")
         self.__dict__.update({k: v for k, v in scratch.__dict__.items() if k not in keep})

@@ -55,20 +55,22 @@ class Bucket:
 
 
 def make_buckets(device, label: str, dtypes: list, sizes: list, options: dict, block: int,
-                 quantizable=None) -> list[Bucket]:
-    """Tensors bucketed by signature, in order of first appearance; ``dtypes`` are the params' DTypes."""
+                 quantizable=None, names=()) -> list[Bucket]:
+    """Tensors bucketed by signature, in order of first appearance; ``dtypes`` are the params' DTypes, ``names``
+    their names (the tensors ``qat=`` names get buckets of their own, whose update pass is the export's)."""
     grad_dt = DTYPES[options["grad_dtype"]] if options["grad_dtype"] else None
     state_dt = DTYPES[options["state_dtype"]]
+    exported = options.get("qat") if isinstance(options.get("qat"), dict) else {}
     groups: dict = {}
     for t, d in enumerate(dtypes):
         q = options.get("state_bits") or 0
         q = q if q and sizes[t] >= options["min_quantized_size"] else 0
         sig = Signature(d, grad_dt or d, state_dt, bool(options["master_weights"] and d.low), device.native_f16, q,
-                        bool(options.get("qat")))
+                        t < len(names) and names[t] in exported)
         groups.setdefault(sig, []).append(t)
     out, base = [], 0
     for sig, ids in groups.items():
-        tag = sig.param.name + (f".q{sig.qbits}" if sig.qbits else "")
+        tag = sig.param.name + (f".q{sig.qbits}" if sig.qbits else "") + (".qat" if sig.qat else "")
         b = Bucket(device, sig, ids, [sizes[t] for t in ids], block, base,
                    label if len(groups) == 1 else f"{label}.{tag}", quantizable)
         base = b.layout.block_end

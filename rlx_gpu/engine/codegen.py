@@ -124,34 +124,38 @@ def _elementwise(p: Pass, present, qat: bool = False) -> str:
     (PERF_NOTES 31). A reducing pass ends in workgroup barriers, so everything before them stays in uniform
     control flow (no early return or break on values read from read-write storage: Tint checks this, and it is
     what WGSL requires); the others return early. ``qat``: the export's variant of the pass that writes the
-    params (engine/qat.py: each stored weight noted in its channel's amax; barriers, so uniform too)."""
+    params (engine/qat.py): it walks the chunk's ``qat_runs`` (whole rows of the fused tensors, the engine's
+    blocks of the others) with a loop over the run, notes each stored weight in its channel's amax, and ends in
+    the fused tensors' export (barriers, so uniform too; it does not reduce)."""
     reads = [s for s in p.reads if s in present]
     writes = [s for s in p.writes if s in present]
     red = bool(p.reduce)
+    if red and qat:
+        raise ValueError(f"pass {p.entry}: the qat= export's driver does not reduce")
     uniform = red or qat
-    q_before, q_note, q_after = driver_lines() if qat else ([], [], [])
+    qd = driver_lines() if qat else {}
     L = ["@compute @workgroup_size(WG)",
          f"fn {p.kernel}(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,",
          "        @builtin(local_invocation_index) lid: u32) {",
-         "    let blk = active_block(wid, nwg);"]
+         f"    let blk = {qd.get('block', 'active_block(wid, nwg)')};"]
     cond = "blk.x != NONE"
     if uniform:
         L += ["    let r = rec(select(0u, blk.x, blk.x != NONE));"]
         if p.only_if:
             cond += f" && has(r, {p.only_if.upper()})"
-        L += [f"    let live = {cond};", "    var acc = vec2<f32>(0.0);"] + q_before
+        L += [f"    let live = {cond};", "    var acc = vec2<f32>(0.0);"] + qd.get("before", [])
     else:
         L += ["    if (blk.x == NONE) { return; }", "    let r = rec(blk.x);"]
         if p.only_if:
             L.append(f"    if (!has(r, {p.only_if.upper()})) {{ return; }}")
     if p.grad:
         L += ["    let gm = grad_mul();", f"    let neg = {'has(r, MAXIMIZE)' if p.signed else 'false'};"]
-    L += ["    for (var k = 0u; k < EPT; k++) {",
-          "        let i = blk.y + k * WG + lid;",
-          "        if (live && 4u * i < blk.z) {" if uniform else "        if (4u * i >= blk.z) { break; }",
-          "        let keep = tail(i, blk.z);",
+    L += qd.get("loop", ["    for (var k = 0u; k < EPT; k++) {",
+                         "        let i = blk.y + k * WG + lid;",
+                         "        if (live && 4u * i < blk.z) {" if uniform else "        if (4u * i >= blk.z) { break; }"])
+    L += ["        let keep = tail(i, blk.z);",
           "        let zero = vec4<f32>(0.0);",
-          "        let e = elem0(blk, r, i);"]
+          f"        let e = {qd.get('elem', 'elem0(blk, r, i)')};"]
     lines, gv = param_grad_loads(p, "        ")
     L += lines
     L.append("        var s0: State;")
@@ -165,14 +169,14 @@ def _elementwise(p: Pass, present, qat: bool = False) -> str:
         L.append(f"        if (has(r, HAS_{s.upper()})) {{ st_{s}(i, select(o.s.{s}, zero, keep)); }}")
     if p.param == "rw":
         L.append("        store_p(i, select(o.p, zero, keep), r, e);")
-    L += q_note
+    L += qd.get("note", [])
     if red:
         L += ["        acc = acc + vec2<f32>(dot(select(o.sum_a, zero, keep), vec4<f32>(1.0)), "
               "dot(select(o.sum_b, zero, keep), vec4<f32>(1.0)));"]
-    if uniform:
+    if uniform and not qat:
         L.append("        }")
     L.append("    }")
-    L += q_after
+    L += qd.get("after", [])
     if red:
         dest = {"x": "partials[blk.w].x = red2[0].x;", "y": "partials[blk.w].y = red2[0].y;",
                 "xy": "partials[blk.w] = red2[0];"}[p.reduce]

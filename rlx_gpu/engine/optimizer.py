@@ -24,7 +24,7 @@ from ..core.torchio import plain_hyper
 from ..core.torchparams import TorchParams
 from ..runtime.arena import DeviceTensor
 from ..runtime.device import get_device
-from ..runtime.kernels import get_kernel
+from ..runtime.kernels import get_kernel, grid
 from .buckets import make_buckets
 from .codegen import Pass, optimizer_module
 from .qat import QatMixin
@@ -35,6 +35,7 @@ from .statedict import StateMixin
 from .hostio import HostIOMixin
 from .sparse import SparseMixin
 from .steps import StepMixin
+from .tables import unchanged, watch
 
 __all__ = ["Optimizer", "Pass"]
 
@@ -131,7 +132,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         dts = [dtype_of(a.dtype) for a in arrays.values()]
         self._dtypes = dts
         self.buckets = make_buckets(dev, name, dts, [a.size for a in arrays.values()], self.precision,
-                                    self.WG * self.EPT * 4, self.spec.quantizable)
+                                    self.WG * self.EPT * 4, self.spec.quantizable, self._names)
         self._where = [None] * len(self._names)
         for b in self.buckets:
             for t in b.ids:
@@ -158,6 +159,10 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         self._init_host_state()
         self._init_reductions()
         self._init_qat()
+        # the steady state of step() may take the quick path (.quick) when the step is the engine's own
+        self._quick_ok = not self._torch and self.spec.dense_refusal is None and all(
+            getattr(type(self), m) is getattr(Optimizer, m) for m in ("_encode", "_begin_checks", "_after_submit",
+                                                                       "_step_begin", "_step_end", "_quick_step"))
 
     @property
     def options(self) -> dict:
@@ -197,7 +202,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         if self._partials is not None:
             out["partials"] = self._partials
         out.update(self._extra_buffers(bucket, chunk))
-        out.update(self._qat_buffers())
+        out.update(self._qat_buffers(bucket, chunk))
         return out
 
     def _extra_buffers(self, bucket, chunk: int) -> dict:
@@ -215,35 +220,48 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         raise NotImplementedError(f"{type(self).__name__}: custom pass {p.entry!r} needs _custom_groups")
 
     def _encode(self, enc) -> None:
-        """Record the step's passes: elementwise and custom ones over every chunk of every bucket, per-tensor ones
-        once with a workgroup per tensor. The plan (kernel, bind group, workgroups) is made once (and again when a
-        state arena is made)."""
-        if "plan" not in self._binds:
-            plan = []
-            for p in self.passes:
-                if p.kind == "per_tensor":
-                    b = self.buckets[0]
-                    plan.append((self._kernel(b, p.kernel), self._bind(p.kernel, b, 0), len(self._names)))
-                    continue
-                for b in self.buckets:
-                    for c, blk in enumerate(b.layout.blocks):
-                        n = len(blk) if p.kind == "elementwise" else self._custom_groups(p, b, c)
-                        if p.kind == "elementwise" and b.sig.qbits:
-                            n = -(-len(blk) // QK)  # (a quantized pass steps QK blocks per workgroup)
-                        plan.append((self._kernel(b, p.kernel), self._bind(p.kernel, b, c), n))
-            self._binds["plan"] = plan + self._qat_plan()
-        for k, bind, n in self._binds["plan"]:
-            k.dispatch(enc, bind, n)
+        """Record the step's passes into ``enc`` (a :class:`ComputePass`): elementwise and custom ones over every
+        chunk of every bucket, per-tensor ones once with a workgroup per tensor. The plan (pipeline, bind group,
+        grid) is made once (and again when a state arena is made)."""
+        plan = self._binds.get("plan")
+        if plan is None:
+            plan = self._binds["plan"] = self._plan()
+        p = enc.compute
+        for pipe, bind, x, y in plan:
+            p.set_pipeline(pipe)
+            p.set_bind_group(0, bind)
+            if enc.gated:
+                p.dispatch_workgroups_indirect(enc.args_buffer, enc.add(x, y))
+            else:
+                p.dispatch_workgroups(x, y, 1)
+
+    def _plan(self) -> list:
+        plan = []
+        for p in self.passes:
+            if p.kind == "per_tensor":
+                b = self.buckets[0]
+                plan.append((self._kernel(b, p.kernel), self._bind(p.kernel, b, 0), len(self._names)))
+                continue
+            for b in self.buckets:
+                for c, blk in enumerate(b.layout.blocks):
+                    n = len(blk) if p.kind == "elementwise" else self._custom_groups(p, b, c)
+                    if p.kind == "elementwise" and b.sig.qbits:
+                        n = -(-len(blk) // QK)  # (a quantized pass steps QK blocks per workgroup)
+                    plan.append((self._kernel(b, p.kernel), self._bind(p.kernel, b, c), n))
+        plan += self._qat_plan()  # (the qat= export's passes: gated with the step)
+        return [(k.pipeline, bind, *grid(n, self.device.max_workgroups)) for k, bind, n in plan if n > 0]
 
     def _validate_groups(self) -> None:
-        """Every group's hyperparameters checked (again only when one has changed since the last check)."""
+        """Every group's hyperparameters checked (again only when one has changed since the last check, which
+        also tells the step's record tables to start over)."""
+        if self._validated is not None and unchanged(self.param_groups, self._validated):
+            return
         keys = list(self.spec.defaults)
-        now = [[repr(g.get(k)) for k in keys] for g in self.param_groups]  # (a repr compares NaNs and arrays too)
-        if now != self._validated:
-            for g in self.param_groups:
-                g.update(plain_hyper(type(self).__name__, {k: g[k] for k in keys if k in g}))  # (tensor lr: a float)
-                self.spec.validate(g)
-            self._validated = now
+        for g in self.param_groups:
+            g.update(plain_hyper(type(self).__name__, {k: g[k] for k in keys if k in g}))  # (tensor lr: a float)
+            self.spec.validate(g)
+        self._validated = watch(self.param_groups, list(self.spec.defaults))
+        self._groups_version = self.__dict__.get("_groups_version", 0) + 1
 
     def set_lr(self, lr: float) -> None:
         """Set the learning rate of every param group (takes effect at the next step)."""
@@ -256,6 +274,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         name -> factor); checked before anything changes, effective at the next step."""
         scale = resolve_lr_scale(type(self).__name__, lr_scale, self._names)
         self.lr_scale, self._scale = scale, np.array([scale[n] for n in self._names], np.float64)
+        self._scale_version += 1
 
     @locked
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -275,7 +294,8 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         for b in self.buckets:
             for k, v in b.nbytes.items():
                 out[k] += v
-        out["scratch"] = self._hyper.size + sum(x.size for b in self.buckets for x in b.blocks) + self._scratch_bytes()
+        out["scratch"] = (self._hyper.size + sum(x.size for b in self.buckets for x in b.blocks) + self._scratch_bytes()
+                          + sum(b.size for b in (self._cand, getattr(self, "_gate", None)) if b is not None))
         n = sum(int(np.prod(s)) for s in self._shapes.values())
         out["state_per_param"] = out["state"] / max(1, n)
         return out

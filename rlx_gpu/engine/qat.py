@@ -1,12 +1,15 @@
 """The ``qat=`` export: a quantized copy of chosen tensors written in the step's own submission
 (``shaders/qat_export.wgsl``; the spec is :func:`rlx_gpu.reference.qat.export_copy`).
 
-The update pass of a bucket with exported tensors is the generated driver's variant that notes each stored weight's
-|w| in its channel's amax (:func:`driver_lines`); after the optimizer's passes, ``qat_rescale`` (a workgroup per
-exported tensor) makes the scales and ``qat_encode`` (a workgroup per block) the codes and values, all gated with
-the step (a skipped step leaves every copy untouched) and only for tensors with a grad this step. Weights written
-from the host (construction, ``write_params``, ``load_state_dict``, ``restore``) are exported by ``qat_amax``
-instead of the update. ``opt.qat[name]`` is a :class:`QuantizedCopy`.
+The update pass of a bucket with exported tensors is the generated driver's variant (:func:`driver_lines`) that
+walks runs of whole channels where it can (:mod:`.qatfuse`): there it finds each channel's amax in the workgroup
+and writes the scales, codes and values itself, after a barrier (*fused*). For the other exported tensors it notes
+each stored weight's |w| in its channel's global amax, and after the optimizer's passes ``qat_rescale`` (a
+workgroup per exported tensor) makes the scales and ``qat_encode`` (a workgroup per block) the codes and values
+(the *second pass*). All of it is gated with the step (a skipped step leaves every copy untouched) and runs only
+for tensors with a grad this step. Weights written from the host (construction, ``write_params``,
+``load_state_dict``, ``restore``) are exported by ``qat_amax`` and the second pass instead of the update.
+``opt.qat[name]`` is a :class:`QuantizedCopy`.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import numpy as np
 
 from ..core.qatspec import parse_qat
 from ..core.sync import locked
+from .qatfuse import fused_span, run_table
 
 __all__ = ["QatMixin", "QuantizedCopy", "driver_lines", "qat_load"]
 
@@ -26,35 +30,50 @@ def _align(n: int) -> int:
 
 
 def qat_load(sig) -> str:
-    """``qat_load(i)``: the stored weights the copy is made of (the float32 master copy where there is one)."""
-    return f"fn qat_load(i: u32) -> vec4<f32> {{ return ld_{'master' if sig.master else 'param'}(i); }}"
+    """``qat_load(i)``: the stored weights the copy is made of (the float32 master copy where there is one);
+    ``qat_stored(v, i)``: the same just after the update stored ``v`` (``v`` itself where it is stored exactly)."""
+    exact = sig.master or not sig.param.low
+    return (f"fn qat_load(i: u32) -> vec4<f32> {{ return ld_{'master' if sig.master else 'param'}(i); }}\n"
+            f"fn qat_stored(v: vec4<f32>, i: u32) -> vec4<f32> {{ return {'v' if exact else 'qat_load(i)'}; }}")
 
 
-def driver_lines() -> tuple[list, list, list]:
-    """The update driver's variant: lines before its loop, after each vec4's store, and after the loop."""
-    before = ["    let qe = qat_entry(select(0u, blk.x, live), live);",
-              "    let qc0 = qat_first_channel(qe, elem0(blk, r, blk.y));", "    qat_begin(lid);"]
-    note = ["        qat_note(qe, qc0, e, qat_load(i), keep);"]
-    return before, note, ["    qat_end(qe, qc0, lid);"]
+def driver_lines() -> dict:
+    """The update driver's variant (codegen's ``_elementwise``): its block (the engine block's run in
+    ``qat_runs``), lines before its loop, the loop over the run's vec4s, each vec4's element index, the line after each
+    vec4's store, and the lines after the loop."""
+    return {"block": "qat_run(wid, nwg)",
+            "before": ["    let qe = qat_entry(select(0u, blk.x, live), live);",
+                       "    let qc0 = qat_first_channel(qe, blk.w);", "    var qrun = vec2<u32>(qc0, 0u);",
+                       "    var qpos = qat_pos(qe, blk.w + 4u * lid, 4u * WG);", "    qat_begin(lid);"],
+            "loop": ["    for (var i = blk.y + lid; live && 4u * i < blk.z; i = i + WG) {"],
+            "elem": "blk.w + 4u * (i - blk.y)",
+            "note": ["        qat_note(qe, qc0, qpos, qat_stored(select(o.p, zero, keep), i), keep, &qrun);",
+                     "        qat_next(qe, &qpos);"],
+            "after": ["    qat_end(qe, qc0, blk, lid, qrun);"]}
 
 
 class QuantizedCopy:
     """One tensor's export: ``spec`` (:class:`~rlx_gpu.core.qatspec.QatSpec`), ``codes()`` (int8 in the
     tensor's shape, int4 codes as int8 in [-8, 7]), ``packed()`` (the device words as uint8: int4 two per byte, low
     nibble first), ``scale()`` (float32 per channel), ``values()`` (the fake-quantized weights, float32, where the
-    spec asks for them), and ``binding(part)`` for ``part`` in "codes", "scale", "values": the
-    ``{"buffer", "offset", "size"}`` your own WGSL binds (codes: ``array<u32>``, four int8 or eight int4 per word;
-    scale: ``array<f32>``; values: ``array<f32>``, or ``array<u32>`` of two bfloat16)."""
+    spec asks for them), ``fused`` (whether the update pass writes it itself), and ``binding(part)`` for ``part``
+    in "codes", "scale", "values": the ``{"buffer", "offset", "size"}`` your own WGSL binds (codes:
+    ``array<u32>``, four int8 or eight int4 per word; scale: ``array<f32>``; values: ``array<f32>``, or
+    ``array<u32>`` of two bfloat16)."""
 
-    def __init__(self, opt, name, spec, shape, chan, code, vals, channels):
+    def __init__(self, opt, name, spec, shape, chan, code, vals, channels, fused=False):
         self._opt, self.name, self.spec, self.shape = opt, name, spec, tuple(shape)
+        #: True where the update pass itself writes the copy (whole channels in one workgroup), False where the
+        #: second pass after it does (the same bits either way).
+        self.fused = fused
         self.size = int(np.prod(self.shape, dtype=np.int64))
         self.channels = channels
-        self._ranges = {"codes": (opt._qat_bufs["qat_codes"], 4 * code, 4 * max(1, -(-self.size * spec.bits // 32))),
-                        "scale": (opt._qat_bufs["qat_scale"], 4 * chan, 4 * channels)}
+        buf = opt._qat_bufs["qat"]  # (every part a 256-byte aligned range of the one buffer)
+        self._ranges = {"codes": (buf, 4 * code, 4 * max(1, -(-self.size * spec.bits // 32))),
+                        "scale": (buf, 4 * chan, 4 * channels)}
         if spec.values:
             per = 1 if spec.values == "float32" else 2
-            self._ranges["values"] = (opt._qat_bufs["qat_values"], 4 * vals, 4 * max(1, -(-self.size // per)))
+            self._ranges["values"] = (buf, 4 * vals, 4 * max(1, -(-self.size // per)))
 
     def binding(self, part: str = "codes") -> dict:
         if part not in self._ranges:
@@ -90,6 +109,10 @@ class QuantizedCopy:
 class QatMixin:
     """The export's host side on :class:`~rlx_gpu.engine.Optimizer`: buffers, tables, dispatches, refreshes."""
 
+    #: Export in the update pass the tensors whose channels one workgroup can see whole (engine/qatfuse.py); False
+    #: sends every tensor through the second pass (the same bits: what benchmarks/qat_bench.py compares).
+    QAT_FUSE = True
+
     def _init_qat(self) -> None:
         name = type(self).__name__
         specs = parse_qat(name, self.precision.get("qat"), self._shapes)
@@ -103,48 +126,73 @@ class QatMixin:
                              "(Adam, AdamW, SGD, RMSprop, Adagrad, LAMB, NAdamW, RAdam, QHAdamW, Lion, SophiaH, Mars)")
         if any(b.sig.qbits for b in self.buckets):
             raise ValueError(f"{name}: qat= does not combine with state_bits (block-quantized states)")
-        n, ents, chan, code, vals = len(self._names), [], 0, 0, 0
-        for k, (nm, s) in enumerate(specs.items()):
-            shape, size = self._shapes[nm], int(np.prod(self._shapes[nm], dtype=np.int64))
-            channels = shape[0] if s.per_channel else 1
-            flags = int(s.per_channel) | (s.bits << 8) | ({None: 0, "float32": 1, "bfloat16": 2}[s.values] << 16)
-            ents.append((self._index[nm], flags, max(1, size // max(1, channels)), channels, chan, code, vals, 0))
-            self.qat[nm] = (nm, s, shape, chan, code, vals, channels)
-            chan += _align(channels)
-            code += _align(-(-size * s.bits // 32))
-            vals += _align(size if s.values == "float32" else -(-size // 2)) if s.values else 0
-        ent, amax = _align(HEAD + n), _align(HEAD + n) + 8 * len(ents)
-        inv = amax + _align(chan)
-        words = np.zeros(inv + _align(chan), np.uint32)
-        words[:7] = [n, len(ents), ent, amax, inv, np.float32(np.finfo(np.float32).eps).view(np.uint32), 0]
-        for k, e in enumerate(ents):
-            words[HEAD + e[0]] = k + 1
-            words[ent + 8 * k: ent + 8 * k + 8] = e
+        words, copies, spans = self._qat_words(specs)
         dev = self.device
-        self._qat_bufs = {"qat": dev.buffer(words.nbytes, f"{name}.qat", data=words),
-                          "qat_scale": dev.buffer(4 * chan, f"{name}.qat.scale"),
-                          "qat_codes": dev.buffer(4 * max(4, code), f"{name}.qat.codes"),
-                          "qat_values": dev.buffer(4 * max(4, vals), f"{name}.qat.values")}
-        self.qat = {nm: QuantizedCopy(self, *v) for nm, v in self.qat.items()}
+        self._qat_bufs = {"qat": dev.buffer(words.nbytes, f"{name}.qat", data=words)}
+        self._qat_buckets = [b for b in self.buckets if b.sig.qat]  # (the exported tensors' buckets)
+        table = run_table(self._qat_buckets, self._total_blocks, spans)
+        self._qat_runs = {(id(b), c): dev.buffer(max(16, 4 * blk.size), f"{b.label}.qat.runs[{c}]",
+                                                 data=table[blk[:, 3]] if len(blk) else np.zeros(4, np.uint32))
+                          for b in self._qat_buckets for c, blk in enumerate(b.layout.blocks)}
+        self._qat_second = len(spans) < len(specs)  # (some tensors take the second pass in a step)
+        self.qat = {nm: QuantizedCopy(self, *v) for nm, v in copies.items()}
         self._qat_refresh()
 
-    def _qat_buffers(self) -> dict:
-        return dict(self._qat_bufs)
+    def _qat_words(self, specs: dict) -> tuple:
+        """The ``qat`` buffer's words (qat_export.wgsl's header names them), each copy's arguments and the run
+        lengths of the fused tensors (global tensor -> elements)."""
+        n, ents, spans, at = len(self._names), [], {}, {"chan": 0, "code": 0, "vals": 0}
+        for nm, s in specs.items():
+            t, shape, size = self._index[nm], self._shapes[nm], int(np.prod(self._shapes[nm], dtype=np.int64))
+            b, i = self._where[t]
+            span = fused_span(s, shape, len(b.layout.pieces[i]), b.layout.block) if self.QAT_FUSE else 0
+            if span:
+                spans[t] = span
+            channels = shape[0] if s.per_channel else 1
+            ents.append((nm, s, t, shape, channels, size, bool(span), dict(at)))
+            at["chan"] += _align(channels)
+            at["code"] += _align(-(-size * s.bits // 32))
+            at["vals"] += _align(size if s.values == "float32" else -(-size // 2)) if s.values else 0
+        ent = _align(HEAD + n)
+        amax = _align(ent + 8 * len(ents))
+        inv, scale = amax + at["chan"], amax + 2 * at["chan"]
+        codes = scale + at["chan"]
+        vals = codes + at["code"]
+        words = np.zeros(max(vals + at["vals"], 4), np.uint32)
+        words[:8] = [n, len(ents), ent, amax, inv, np.float32(np.finfo(np.float32).eps).view(np.uint32), 0, scale]
+        copies = {}
+        for k, (nm, s, t, shape, channels, size, fused, o) in enumerate(ents):
+            flags = int(s.per_channel) | (2 if fused else 0) | (s.bits << 8) | \
+                ({None: 0, "float32": 1, "bfloat16": 2}[s.values] << 16)
+            words[HEAD + t] = k + 1
+            words[ent + 8 * k: ent + 8 * k + 8] = (t, flags, max(1, size // max(1, channels)), channels, o["chan"],
+                                                   codes + o["code"], vals + o["vals"], 0)
+            copies[nm] = (nm, s, shape, scale + o["chan"], codes + o["code"], vals + o["vals"], channels, fused)
+        return words, copies, spans
+
+    def _qat_buffers(self, bucket, chunk: int) -> dict:
+        """The export's bindings for one chunk's kernels (the update pass walks the chunk's ``qat_runs``)."""
+        if not bucket.sig.qat:
+            return {}
+        return dict(self._qat_bufs, qat_runs=self._qat_runs[(id(bucket), chunk)])
 
     def _max_dispatches(self) -> int:
-        chunks = sum(b.layout.num_chunks for b in self.buckets)
+        chunks = sum(b.layout.num_chunks for b in self.buckets if b.sig.qat)
         return super()._max_dispatches() + (chunks + 1 if self.qat else 0)
 
     def _qat_plan(self, refresh: bool = False) -> list:
         """(kernel, bind group, workgroups) of the export's dispatches after a step (or, ``refresh``, without one)."""
         if not self.qat:
             return []
-        b0 = self.buckets[0]
+        mine = self._qat_buckets
+        b0 = mine[0]
         out = [(self._kernel(b, "qat_amax"), self._bind("qat_amax", b, c), len(blk))
-               for b in self.buckets for c, blk in enumerate(b.layout.blocks)] if refresh else []
+               for b in mine for c, blk in enumerate(b.layout.blocks)] if refresh else []
+        if not (refresh or self._qat_second):
+            return out  # (the update pass exported every tensor)
         out.append((self._kernel(b0, "qat_rescale"), self._bind("qat_rescale", b0, 0), len(self.qat)))
         out += [(self._kernel(b, "qat_encode"), self._bind("qat_encode", b, c), len(blk))
-                for b in self.buckets for c, blk in enumerate(b.layout.blocks)]
+                for b in mine for c, blk in enumerate(b.layout.blocks)]
         return out
 
     @locked

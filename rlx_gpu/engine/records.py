@@ -87,18 +87,16 @@ class Record:
     def pack(self, n: int, columns: dict, flags: np.ndarray, words: dict) -> np.ndarray:
         """``(n, REC)`` uint32 words: float ``columns`` (name -> scalar or array, float64 rounded once to
         float32), the ``flags`` word, and engine u32 ``words`` (name -> array)."""
-        vals = np.zeros((n, self.size), np.float64)
-        ints = {}
+        out = np.zeros((n, self.size), np.uint32)
+        f32 = out.view(np.float32)
         for name, v in columns.items():
-            if self.tensor.kind.get(name) == "f32":
-                vals[:, self.tensor.offset[name]] = v
-            elif name in self.tensor.kind:
-                ints[name] = v
-            else:
+            kind = self.tensor.kind.get(name)
+            if kind is None:
                 raise KeyError(f"record has no field {name!r}; fields: {self.fields}")
-        out = vals.astype(np.float32).view(np.uint32)  # each float64 column rounded once to float32
-        for name, v in ints.items():
-            out[:, self.tensor.offset[name]] = v
+            if kind == "f32":  # (each float64 value rounded once to float32)
+                f32[:, self.tensor.offset[name]] = np.asarray(v, np.float64).astype(np.float32)
+            else:
+                out[:, self.tensor.offset[name]] = np.asarray(v, np.float64) if np.ndim(v) else v
         out[:, self.tensor.offset["flags"]] = flags
         for name, v in words.items():
             out[:, self.tensor.offset[name]] = v

@@ -235,5 +235,7 @@ class Kron(MatrixOptimizer):
                                        "mp": self._record_range(r)})
         return self._binds[key]
 
+    outcome_every = 1  # (the host's work after a step needs its outcome: copied back every step)
+
     def _after_submit(self) -> None:
         self._settle()  # (the next step's draws and first steps need the settled step counts)

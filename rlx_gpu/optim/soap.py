@@ -152,6 +152,8 @@ class SOAP(MatrixOptimizer):
         return self._binds[key]
 
     # -- the host's part: decompositions after the steps that need them -----------------------------------------
+    outcome_every = 1  # (the host's work after a step needs its outcome: copied back every step)
+
     def _after_submit(self) -> None:
         active = np.flatnonzero(self._active)
         self._settle()  # (a checked step: was it applied? the next step's records need the settled counts too)

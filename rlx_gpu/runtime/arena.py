@@ -134,6 +134,13 @@ class DeviceTensor:
             raise ValueError(f"{self.name!r}: expected shape {self.shape}, got {a.shape}")
         self._arena.write_many([(self._index, a)])
 
+    def reshape(self, shape) -> "DeviceTensor":
+        """The same device storage seen with another shape of the same number of elements (no copy)."""
+        shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if int(np.prod(shape, dtype=np.int64)) != int(np.prod(self.shape, dtype=np.int64)):
+            raise ValueError(f"{self.name!r}: cannot view {self.shape} as {shape}")
+        return DeviceTensor(self._arena, self._index, self.name, shape)
+
     def bindings(self) -> list[dict]:
         """One ``{"buffer", "offset", "size"}`` per piece (more than one only past the max storage binding)."""
         size = self._arena.dtype.itemsize

@@ -16,6 +16,7 @@ import numpy as np
 ROUND = 32 << 20          # bytes per staging round (PERF_NOTES.md 12: 64 MiB staging slowed kernels on the H200)
 SMALL = 256 << 10         # uploads below this go through queue.write_buffer (no wait at all)
 _SLICE = 4 << 20          # host copies are split into slices of at least this many bytes
+INLINE = 4 << 20          # a batch of host copies below this many bytes is copied on the calling thread
 
 
 class Transfer:
@@ -40,18 +41,19 @@ class Transfer:
         return bufs[i]
 
     def _copy(self, pairs):
-        """Copy each (dst, src) uint8 pair; large ones are split over the thread pool."""
+        """Copy each (dst, src) uint8 pair; large ones are split over the thread pool (a small batch is copied
+        here: handing it to the pool costs more than the copies, PERF_NOTES.md 51)."""
+        if not self.pool or sum(d.nbytes for d, _ in pairs) < INLINE:
+            for d, s in pairs:
+                np.copyto(d, s)
+            return
         jobs = []
         for dst, src in pairs:
             n = dst.nbytes
-            k = min(self.threads, max(1, n // _SLICE)) if self.pool else 1
+            k = min(self.threads, max(1, n // _SLICE))
             step = -(-n // k)
             jobs += [(dst[a:a + step], src[a:a + step]) for a in range(0, n, step)]
-        if self.pool and len(jobs) > 1:
-            list(self.pool.map(lambda j: np.copyto(j[0], j[1]), jobs))
-        else:
-            for d, s in jobs:
-                np.copyto(d, s)
+        list(self.pool.map(lambda j: np.copyto(j[0], j[1]), jobs))
 
     @staticmethod
     def _rounds(items):
@@ -145,9 +147,10 @@ class Transfer:
                 raise
 
     def _upload(self, items) -> None:
-        if self.dev.host_mappable:
-            items = self._direct(items, "WRITE")
         total = sum(h.nbytes for _, _, h in items)
+        if self.dev.host_mappable and total >= SMALL:  # (below SMALL a write costs less than mapping, PERF_NOTES 51)
+            items = self._direct(items, "WRITE")
+            total = sum(h.nbytes for _, _, h in items)
         if total < SMALL:
             for buf, off, host in items:
                 if host.nbytes:

@@ -245,11 +245,7 @@ class ZeroRedundancyOptimizer:
                 coef = clip_coef(np.float32(self._last_norm), self.clip_grad_norm)
             self._mark("norm_all_reduce")
         self.last_step_skipped = False
-        self.inner._grad_mul = float(coef)  # (the kernels read grads times grad_mul)
-        try:
-            self.inner.step(None)
-        finally:
-            self.inner._grad_mul = 1.0
+        self.inner.step(None, grad_mul=float(coef))  # (the kernels read grads times grad_mul)
         self._mark("step")
         self._finish_step()
 

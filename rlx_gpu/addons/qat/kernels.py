@@ -59,8 +59,26 @@ class Operand:
         return self.buf, self.offset, self.size
 
 
-def operand(who: str, name: str, x, device=None) -> Operand:
-    """``x`` (a float32 NumPy array, uploaded, or a float32 DeviceTensor in one binding) as an :class:`Operand`."""
+def _range(who: str, name: str, x, device, shape) -> Operand:
+    """A float32 range of a buffer of ``device``: a ``{"buffer", "offset", "size"}`` dict, a ``(buffer, offset,
+    size)`` tuple or a whole wgpu buffer, holding ``shape`` (default: ``size / 4`` elements)."""
+    buf, off, size = (x["buffer"], x["offset"], x["size"]) if isinstance(x, dict) else x if isinstance(x, tuple) \
+        else (x, 0, x.size)
+    if device is None:
+        raise ValueError(f"{who}: {name} is a buffer range: pass device= (the rlx_gpu Device that owns the buffer)")
+    shape = (int(size) // 4,) if shape is None else tuple(int(d) for d in shape)
+    o = Operand(buf, int(off), shape, device, False)
+    if 4 * o.n > size or off + o.size > buf.size or off % 16:
+        raise ValueError(f"{who}: {name} ({size} bytes at offset {off} of a {buf.size}-byte buffer) cannot hold "
+                         f"shape {shape} as whole vec4s at a 16-byte aligned offset")
+    return o
+
+
+def operand(who: str, name: str, x, device=None, shape=None) -> Operand:
+    """``x`` (a float32 NumPy array, uploaded, or a float32 DeviceTensor in one binding, or with ``shape`` a
+    buffer range: :func:`_range`) as an :class:`Operand`."""
+    if isinstance(x, (dict, tuple)) or (hasattr(x, "usage") and hasattr(x, "size")):
+        return _range(who, name, x, device, shape)
     if isinstance(x, DeviceTensor):
         if x.dtype != np.float32:
             raise TypeError(f"{who}: {name} is a DeviceTensor of {x.dtype}, expected float32")
@@ -131,5 +149,5 @@ def run(who: str, entry: str, x: Operand, words: np.ndarray, qp=None, dy: Operan
     if not x.n:
         res = np.zeros(x.shape, F32) if x.host else out
     else:
-        res = out.numpy().reshape(x.shape) if x.host else DeviceTensor(out._arena, 0, out.name, x.shape)
+        res = out.numpy().reshape(x.shape) if x.host else out.reshape(x.shape)
     return res, sums

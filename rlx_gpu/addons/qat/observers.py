@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...runtime.arena import DeviceTensor
+
 from ...reference.qat_observers import EPS, ObserverConfig
 from .kernels import MOVING, SYMMETRIC, QParams, args_words, dispatch, groups, operand
 
@@ -40,6 +42,7 @@ class MinMaxObserver:
         self.quant_min, self.quant_max = c.quant_min, c.quant_max
         self.device = None
         self.channels = None
+        self._args: dict = {}
 
     def _setup(self, dev, channels):
         if self.device is None:
@@ -63,11 +66,14 @@ class MinMaxObserver:
         return args_words(n, channels, inner, flags, c.quant_min, c.quant_max, 1.0,
                           float(F32(c.averaging_constant or 0.0)), c.eps, zp)
 
-    def record(self, encoder, x) -> None:
-        """Record the observation of ``x`` (a float32 DeviceTensor, or a NumPy array uploaded now) into
-        ``encoder``: the batch's min/max, folded into the observed ones, and the new qparams."""
+    def record(self, encoder, x, shape=None, device=None) -> None:
+        """Record the observation of ``x`` into ``encoder``: the batch's min/max, folded into the observed ones,
+        and the new qparams. ``x``: a float32 DeviceTensor, a NumPy array (uploaded now), or float32 values your
+        own kernels wrote: a buffer range as ``Program`` binds it (``{"buffer", "offset", "size"}``, ``(buffer,
+        offset, size)`` or a wgpu buffer) with its ``shape`` (default: one row of ``size / 4``) and ``device``
+        (the Device that owns it; default: the one this observer already uses)."""
         who = f"rlx_gpu.qat.{type(self).__name__}"
-        xo = operand(who, "x", x, self.device)
+        xo = operand(who, "x", x, device or self.device, shape)
         if xo.n == 0:
             return
         if self.per_channel:
@@ -80,15 +86,19 @@ class MinMaxObserver:
             channels, inner = 1, xo.n
         self._setup(xo.device, channels)
         dev = self.device
-        args = dev.buffer(64, "qat.args", data=self._words(xo.n, channels, inner))
+        words = self._words(xo.n, channels, inner)
+        key = words.tobytes()
+        if key not in self._args:  # (the argument words of each shape, made once)
+            self._args[key] = dev.buffer(64, "qat.args", data=words)
+        args = self._args[key]
         dispatch(encoder, dev, "obs_minmax", groups(xo.n), args=args, xin=xo.res(), mm=self._mm)
         dispatch(encoder, dev, "obs_update", -(-channels // 256), args=args, mm=self._mm, obs=self._obs,
                  qp=self._qp.buffer)
-        self._keep = (args, xo)  # (the buffers live until the work is done)
+        self._keep = xo  # (an uploaded array's buffer lives until the work is done)
 
     def forward(self, x):
         """Observe ``x`` now (one submission) and return it, as torch's observers do."""
-        dev = x.device if hasattr(x, "_arena") else self.device
+        dev = x.device if isinstance(x, DeviceTensor) else self.device
         if dev is None:
             from ...runtime.device import get_device
             dev = get_device(None)

@@ -100,7 +100,8 @@ def _row(rlx_gpu, dev, timer, torch, args, p: Plan, copy_gbps, say) -> dict:
         row.update(host_path(dev, opt, p.shapes))
     del opt
     _baselines(row, torch, args, p, say)
-    twin = getattr(rlx_gpu.reference, OPTIMIZERS[p.optimizer][0], None)
+    # (Partition's twin is its parts' twins: its NumPy time is theirs, not timed here)
+    twin = None if p.optimizer == "partition" else getattr(rlx_gpu.reference, OPTIMIZERS[p.optimizer][0], None)
     if twin is not None and not args.no_numpy and p.numel <= args.numpy_max:
         row["numpy_ms"] = numpy_ms(twin, params, opts, grads, args.repeats)
         row["ratio_vs_numpy"] = row["numpy_ms"] / row["ms_per_step"]

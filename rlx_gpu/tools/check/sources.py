@@ -93,9 +93,11 @@ def shipped() -> list:
                 t = optimizer_text(cls, Signature(pd, gd, sd, master, native, bits))
                 out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label}, {bits}-bit)"))
         if cls.__name__ == "AdamW":  # the qat= export's variant (engine/qat.py), with its own entry points
-            t = optimizer_text(cls, Signature(F32, F32, F32, False, False, qat=True))
-            out.append(Source(d / cls.shader, t.text(), t.origin, entries + ["qat_amax", "qat_rescale", "qat_encode"],
-                              consts, f"{name} (float32, qat export)"))
+            for label, pd in (("float32", F32), ("bfloat16", BF16)):
+                t = optimizer_text(cls, Signature(pd, pd, F32, False, False, qat=True))
+                out.append(Source(d / cls.shader, t.text(), t.origin,
+                                  entries + ["qat_amax", "qat_rescale", "qat_encode"], consts,
+                                  f"{name} ({label}, qat export)"))
         # and as a bucket usually is: only the state buffers a default group makes (the others left out)
         present = tuple(s for s in cls.spec.state_names(dict(cls.spec.defaults)) if s in cls.arena_states)
         if present != tuple(cls.arena_states):
