@@ -91,6 +91,13 @@ class MatrixOptimizer(Optimizer):
     #: set by hand), resolved when a group first asks for float16.
     _mm_path: str | None = None
 
+    @property
+    def matmul_path(self) -> str:
+        """The GEMM this optimizer's products run on: "tiled" (float32's ``gemm.wgsl``, or float16's ``gemm16.wgsl``),
+        "subgroup-matrix" (float16 on the tensor cores) or "emulated" (that kernel written out, where set by hand).
+        SOAP's, Kron's and StiefelSGD's ``matmul_dtype`` products; Muon's ``ns_dtype`` GEMMs are not reported here."""
+        return self._mm_path or "tiled"
+
     def _begin_checks(self, grads, check: bool):
         self._check_f16()  # (a group may have switched to float16 since: refused before anything is recorded)
         return super()._begin_checks(grads, check)

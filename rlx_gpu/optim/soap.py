@@ -105,7 +105,7 @@ class SOAP(MatrixOptimizer):
         r = Rec(dev, enc, B, keep, cache)
         x = {k: Mat(w[k], s0 * a * b, a * b, b)
              for k, (a, b) in dict(gs=(m, n), ms=(m, n), ts=(m, n), ps=(m, n), Q_0=(m, m), Q_1=(n, n)).items()}
-        self._pieces(enc, self._k("soap_gather"), rows, w)
+        self._piece_pass(enc, self._k("soap_gather"), rows, w)
         prod = SoapHalf(self, r, shape, s0, x) if half else SoapFloat(r, x)  # (float16: g converted here)
         for i, s in ((0, m), (1, n)):  # tmp = g g^T (g^T g), lerped into GG_0 (GG_1)
             prod.gram(i, Mat(w["tmp"], 0, s * s, s), m, n)
@@ -117,19 +117,19 @@ class SOAP(MatrixOptimizer):
                 _mm(r, q._replace(buf=w[f"GG_{i}"]), q, q._replace(buf=w[f"M_{i}"]), s, s, s, alpha=1.0, beta=0.0)
         if update:
             prod.project_in(m, n)     # ps = Q_0^T g Q_1, ms = Q_0^T exp_avg Q_1
-            self._pieces(enc, self._k("soap_precond"), rows, w)
+            self._piece_pass(enc, self._k("soap_precond"), rows, w)
             prod.project_out(m, n)    # ps = Q_0 ms Q_1^T
             if normalize:
                 self._run_k(r, "soap_rms", B, dict(count=mn, src_off=s0 * mn, batch=B, eps=eps, slot0=s0),
                             dst=w["nrm"], src=w["ps"])
-            self._pieces(enc, self._k("soap_apply"), rows, w)
+            self._piece_pass(enc, self._k("soap_apply"), rows, w)
         if on_device:
             if not update:
                 basis.device_init(r, w, s0, m, n)
             elif refresh:
                 basis.device_refresh(r, w, s0, m, n)
-                self._pieces(enc, self._k("soap_ev_out"), rows, w)
-                self._pieces(enc, self._k("soap_ev_in"), rows, w)
+                self._piece_pass(enc, self._k("soap_ev_out"), rows, w)
+                self._piece_pass(enc, self._k("soap_ev_in"), rows, w)
 
     def _run_k(self, r, entry, groups, words, **bufs) -> None:
         k = self._k(entry)
@@ -137,7 +137,7 @@ class SOAP(MatrixOptimizer):
                           f"soap.{entry}", r.keep, r.cache)
         k.dispatch(r.enc, k.cached_bind({**bufs, "rp": prm}), groups)
 
-    def _pieces(self, enc, k, rows, w) -> None:
+    def _piece_pass(self, enc, k, rows, w) -> None:
         for (r, b, c, ln) in rows:
             k.dispatch(enc, self._pbind(k, r, b, c, w), -(-ln // 256))
 

@@ -66,14 +66,15 @@ def first_step_ms(errors: dict, key: str, step, sync) -> float | None:
 
 def variant(out: dict, label: str, make, sync, figure) -> None:
     """One variant of a bench: ``make()`` (its optimizer, grads written), its first step timed, then
-    ``figure(opt)`` as ``out["figures"][label + "_ms"]``; its GEMM path (``_mm_path``, ours only) in ``out["paths"]``.
+    ``figure(opt)`` as ``out["figures"][label + "_ms"]``; its GEMM path (``matmul_path``, ours only) in
+    ``out["paths"]``.
     A failure in either is an error line (:func:`attempt`) and no figure."""
     opt = attempt(out["errors"], f"{label}_ms", make)
     if opt is None:
         return
-    if hasattr(opt, "_mm_path"):
-        out["paths"][label] = opt._mm_path or "tiled"
     ms = first_step_ms(out["errors"], f"{label}_first_step_ms", opt.step, sync)
+    if hasattr(opt, "matmul_path"):
+        out["paths"][label] = opt.matmul_path
     if ms is not None:
         out["first_step"][f"{label}_first_step_ms"] = ms
         out["figures"][f"{label}_ms"] = lambda: figure(opt)
