@@ -126,6 +126,10 @@ def shipped() -> list:
             code = f"{code}{tail}\n"
             origin = origin + [("<generated>", i + 1) for i in range(tail.count("\n") + 1)]
         out.append(Source(d / f, code, origin, src.entry_points(code), consts))
+    from ...linalg.tcns import NS_IO  # (tcns.wgsl is compiled with its parameter struct after it)
+    code, origin = src.resolve(d / "tcns.wgsl")
+    code, origin = code + "\n" + NS_IO.wgsl() + "\n", origin + [("<generated>", 0)] * 2
+    out.append(Source(d / "tcns.wgsl", code, origin, src.entry_points(code), {}, "NsIo declared after it"))
     return out
 
 
