@@ -99,7 +99,7 @@ def mm16(r: Rec, path: str, a: Mat, b: Mat, c: Mat, M, N, K, *, ta=False, tb=Fal
         return
     offsets, strides = (a.off, b.off, c.off, 0), (a.bs, b.bs, c.bs)
     cfg = choose_config(r.dev, path, M, N, K, ta=ta, tb=tb, out=out, offsets=offsets, strides=strides,
-                        lds=(a.ld, b.ld))  # (the configuration from the operands' own row strides)
+                        lds=(a.ld, b.ld, c.ld))  # (the configuration from the operands' own row strides)
     tc_gemm(r.dev, r.enc, a.buf, b.buf, c.buf, M, N, K, mode=path, ta=ta, tb=tb, batch=r.batch, out=out,
             offsets=offsets, strides=strides, lds=(a.ld, b.ld, c.ld), config=cfg, keep=r.keep, cache=r.cache)
 
