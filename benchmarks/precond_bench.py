@@ -2,34 +2,62 @@
 hidden matrices (matrix-optimizer issue): wall-clock milliseconds per step averaged over ``--steps`` consecutive
 steps, which include SOAP's refresh (precondition_frequency 10: one power iteration + QR in every 10 steps; the first
 step's eigendecompositions are in the warm-up) and Kron's preconditioner update (probability 1, the first 500 steps'
-default), and the same without them (SOAP with no refresh in the window, Kron with update probability 0: the
-GPU's share). The first step (SOAP's eigendecompositions) is timed once on its own. Alternating rounds; the device
-synchronised at the ends of each window; figures printed as they come.
+default), for each ``--matmul-dtypes`` path (float32; float16: the products' inputs in f16 on the tensor-core GEMM
+where the adapter has subgroup matrices, else gemm16); and, on the first path, the same without them (SOAP with no
+refresh in the window, Kron with update probability 0: the GPU's share). Each first step (SOAP's
+eigendecompositions on the device, decompositions="device") is timed on its own: the first one of a process includes
+compiling the pipelines, the later ones (``*_without_refresh``) not. Alternating rounds, stopped at ``--budget``
+seconds; the device synchronised at the ends of each window; figures printed as they come; a variant that fails is one
+``error`` line and a missing figure.
 
-    python benchmarks/precond_bench.py [--steps 10] [--rounds 3] [--div 1] [--only soap,kron] [--json out.json]
+    python benchmarks/precond_bench.py [--steps 10] [--rounds 3] [--div 1] [--only soap,kron]
+        [--matmul-dtypes float32,float16] [--no-baseline] [--budget SECONDS] [--json out.json]
 """
-import time
-
 import numpy as np
 
 import rlx_gpu
+from rlx_gpu.runtime.implementation import implementation
 from rlx_gpu.tools.bench.baselines import matrix_bench_setup, wall_ms
-from rlx_gpu.tools.bench.timing import alternating, report
+from rlx_gpu.tools.bench.guarded import loud, rounds_until, variant, with_grads
+from rlx_gpu.tools.bench.timing import report
 
 HIDDEN = [(768, 2304), (768, 768), (768, 3072), (3072, 768)] * 12  # GPT-2 124M's attention and MLP matrices
+KINDS = {"soap": (rlx_gpu.SOAP, dict(lr=3e-3), "SOAP", {}, dict(precondition_frequency=10 ** 9)),
+         "kron": (rlx_gpu.Kron, dict(lr=1e-3, precond_update_prob=1.0), "Kron",
+                  dict(lr=1e-3, pre_conditioner_update_probability=1.0), dict(precond_update_prob=0.0))}
+TAGS = {"float32": "f32", "float16": "f16"}
 
 
 def extra(ap):
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--only", default="soap,kron")
+    ap.add_argument("--matmul-dtypes", default="float32,float16")
+    ap.add_argument("--no-baseline", action="store_true", help="no pytorch_optimizer (timed in another run)")
+    ap.add_argument("--budget", type=float, help="seconds for the alternating rounds (at least one round)")
 
 
-def _loud(key, f):
-    def run():
-        v = f()
-        print(key, round(v, 2), "ms", flush=True)
-        return v
-    return run
+def ours(args, dev, params, grads, name, out):
+    """The GPU variants of ``name`` (each path; the first also without refresh / updates) added to ``out``."""
+    cls, kw, _, _, quiet = KINDS[name]
+    for i, dt in enumerate(args.matmul_dtypes.split(",")):
+        for label, extra_kw in ((f"{name}_{TAGS[dt]}", {}),) + (((f"{name}_{TAGS[dt]}_without_refresh", quiet),)
+                                                               if i == 0 else ()):
+            variant(out, label,
+                    lambda: with_grads(cls(params, device=dev, matmul_dtype=dt, **{**kw, **extra_kw}), grads), dev.sync,
+                    lambda o: wall_ms(o.step, dev.sync, args.steps, 1))
+
+
+def baseline(args, torch, po, params, grads, name, out):
+    """pytorch_optimizer's ``name`` on CUDA added to ``out``."""
+    _, kw, po_name, po_kw, _ = KINDS[name]
+
+    def make():
+        tps = [torch.nn.Parameter(torch.tensor(v, device="cuda")) for v in params.values()]
+        for t, g in zip(tps, grads.values()):
+            t.grad = torch.tensor(g, device="cuda")
+        return getattr(po, po_name)(tps, **(kw if name == "soap" else po_kw))
+    variant(out, f"po_{name}", make, torch.cuda.synchronize,
+            lambda o: wall_ms(o.step, torch.cuda.synchronize, args.steps, 1))
 
 
 def main():
@@ -39,46 +67,25 @@ def main():
     params = {f"w{i}": (rng.standard_normal(s) * 0.02).astype(np.float32) for i, s in enumerate(shapes)}
     grads = {k: (rng.standard_normal(v.shape) * 1e-3).astype(np.float32) for k, v in params.items()}
     po = None
-    if torch is not None:
+    if torch is not None and not args.no_baseline:
         try:
             import pytorch_optimizer as po
         except ImportError:
             po = None
     which = args.only.split(",")
-    figures = {}
-    kinds = {"soap": (rlx_gpu.SOAP, dict(lr=3e-3), "SOAP", {}, dict(precondition_frequency=10 ** 9)),
-             "kron": (rlx_gpu.Kron, dict(lr=1e-3, precond_update_prob=1.0), "Kron",
-                      dict(pre_conditioner_update_probability=1.0), dict(precond_update_prob=0.0))}
-    first = {}
+    out = {"adapter": dev.name, "implementation": implementation(), "matrices": len(shapes),
+           "steps_per_window": args.steps, "paths": {}, "first_step": {}, "figures": {}, "errors": {}}
     for name in which:
-        cls, kw, po_name, po_kw, quiet = kinds[name]
-        for label, extra_kw in ((name, {}), (f"{name}_without_refresh", quiet)):
-            opt = cls(params, device=dev, **{**kw, **extra_kw})
-            for k, g in grads.items():
-                opt.grads[k].write(g)
-            t0 = time.perf_counter()
-            opt.step()  # (SOAP: the first step's eigendecompositions; Kron: its factors made)
-            dev.sync()
-            first[f"{label}_first_step_ms"] = (time.perf_counter() - t0) * 1e3
-            print(label, "first step", first[f"{label}_first_step_ms"], "ms", flush=True)
-            figures[f"{label}_ms"] = (lambda o=opt: wall_ms(o.step, dev.sync, args.steps, 1))
+        ours(args, dev, params, grads, name, out)
         if po is not None:
-            tps = [torch.nn.Parameter(torch.tensor(v, device="cuda")) for v in params.values()]
-            for t, g in zip(tps, grads.values()):
-                t.grad = torch.tensor(g, device="cuda")
-            to = getattr(po, po_name)(tps, **kw if name == "soap" else dict(lr=1e-3, **po_kw))
-            t0 = time.perf_counter()
-            to.step()
-            torch.cuda.synchronize()
-            first[f"po_{name}_first_step_ms"] = (time.perf_counter() - t0) * 1e3
-            figures[f"po_{name}_ms"] = (lambda o=to: wall_ms(o.step, torch.cuda.synchronize, args.steps, 1))
-    figures = {k: _loud(k, f) for k, f in figures.items()}
-    med, got = alternating(figures, args.rounds)
-    out = {"adapter": dev.name, "matrices": len(shapes), "steps_per_window": args.steps, "figures": med, "all": got,
-           "first_step": first}
+            baseline(args, torch, po, params, grads, name, out)
+    figures = {k: loud(out["errors"], k, f) for k, f in out["figures"].items()}
+    out["figures"], out["all"] = rounds_until(figures, args.rounds, args.budget)
+    med = out["figures"]
     for name in which:
-        if f"po_{name}_ms" in med:
-            out[f"{name}_vs_pytorch_optimizer"] = med[f"po_{name}_ms"] / med[f"{name}_ms"]
+        for tag in TAGS.values():
+            if f"po_{name}_ms" in med and f"{name}_{tag}_ms" in med:
+                out[f"{name}_{tag}_vs_pytorch_optimizer"] = med[f"po_{name}_ms"] / med[f"{name}_{tag}_ms"]
     report(out, args.json)
 
 

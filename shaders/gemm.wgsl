@@ -1,16 +1,19 @@
-// Batched GEMM (rlx_gpu/linalg.py): C = alpha * op(A) @ op(B) + beta * C for `batch` matrices in one dispatch
-// (workgroup z = matrix), op = transpose where asked (by indexing: row-major storage throughout). Tiles of 128 x 128
-// outputs per workgroup, 8 x 8 per thread, K in steps of 8 through workgroup memory; any M, N, K (edges masked).
-// prm: [M, N, K, ta, tb, offset A, offset B, offset C, batch stride A, B, C, alpha bits, beta bits, column tiles,
-//       row tiles, batch, row length of A along k, of B^T along k] (elements); workgroups are numbered (matrix, row
-//       tile, column tile), flattened (a 2-D grid past the per-dimension limit). A long K is split over dispatches
-//       (rlx_gpu/linalg/record.py, KSPLIT: a slab's K, its offsets moved along k, C accumulated with beta = 1), so
-//       that no thread's k loop runs long (some drivers stop loops past 65535 iterations).
+// Batched GEMM (rlx_gpu/linalg/record.py gemm): C = alpha * op(A) @ op(B) + beta * C for `batch` matrices in one
+// dispatch (workgroup z = matrix), op = transpose where asked (by indexing: row-major storage throughout, each operand
+// with its own row stride, so sub-blocks of larger matrices are operands too). Tiles of 128 x 128 outputs per
+// workgroup, 8 x 8 per thread, K in steps of 8 through workgroup memory; any M, N, K (edges masked).
+// gp (struct Gemm, declared in rlx_gpu/linalg/record.py): M, N, K, ta, tb; a_off, b_off, c_off (elements);
+//   a_bs, b_bs, c_bs (batch strides); alpha, beta; tiles_n, tiles_m (column and row tiles); batch; lda, ldb, ldc (the
+//   row strides of A, B, C as stored: A[m lda + k], or A[k lda + m] with ta); chunks (gemm_thin). Workgroups are
+//   numbered (matrix, row tile, column tile), flattened (a 2-D grid past the per-dimension limit). A long K is split
+//   over dispatches (KSPLIT: a slab's K, its offsets moved along k, C accumulated with beta = 1), so that no
+//   thread's k loop runs long (some drivers stop loops past 65535 iterations).
 
 @group(0) @binding(0) var<storage, read> A: array<f32>;
 @group(0) @binding(1) var<storage, read> B: array<f32>;
 @group(0) @binding(2) var<storage, read_write> C: array<f32>;
 @group(0) @binding(3) var<storage, read> prm: array<u32>;
+@group(0) @binding(5) var<storage, read> gp: Gemm;
 
 // #include "matrix_common.wgsl"
 
@@ -23,17 +26,17 @@ var<workgroup> Bs: array<vec4<f32>, 256>;  // [k][n / 4]
 fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lid: vec3<u32>) {
     let g = wid.x + wid.y * nwg.x;
-    let per = prm[13] * prm[14];
-    if (g >= per * prm[15]) { return; }  // (uniform: the same for the whole workgroup)
+    let per = gp.tiles_n * gp.tiles_m;
+    if (g >= per * gp.batch) { return; }  // (uniform: the same for the whole workgroup)
     let li = lid.y * 16u + lid.x;
     let bt = g / per;
-    let m0 = ((g % per) / prm[13]) * TM;
-    let n0 = ((g % per) % prm[13]) * TM;
-    let M = prm[0]; let N = prm[1]; let K = prm[2];
-    let ta = prm[3] != 0u; let tb = prm[4] != 0u;
-    let LA = prm[16]; let LB = prm[17];  // (the row length along k of A, and of B^T: K, more in a slab of a K-split)
-    let abase = prm[5] + bt * prm[8];
-    let bbase = prm[6] + bt * prm[9];
+    let m0 = ((g % per) / gp.tiles_n) * TM;
+    let n0 = ((g % per) % gp.tiles_n) * TM;
+    let M = gp.M; let N = gp.N; let K = gp.K;
+    let ta = gp.ta != 0u; let tb = gp.tb != 0u;
+    let LA = gp.lda; let LB = gp.ldb;
+    let abase = gp.a_off + bt * gp.a_bs;
+    let bbase = gp.b_off + bt * gp.b_bs;
     var c0a = vec4<f32>(0.0); var c0b = vec4<f32>(0.0);
     var c1a = vec4<f32>(0.0); var c1b = vec4<f32>(0.0);
     var c2a = vec4<f32>(0.0); var c2b = vec4<f32>(0.0);
@@ -51,13 +54,13 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let xx = select(idx % TM, idx / TK, !ta);
             let m = m0 + xx; let k = k0 + kk;
             var va = 0.0;
-            if (m < M && k < K) { va = A[abase + select(m * LA + k, k * M + m, ta)]; }
+            if (m < M && k < K) { va = A[abase + select(m * LA + k, k * LA + m, ta)]; }
             As[kk * 32u + xx / 4u][xx % 4u] = va;
             let kb = select(idx / TM, idx % TK, tb);
             let yb = select(idx % TM, idx / TK, tb);
             let n = n0 + yb; let k2 = k0 + kb;
             var vb = 0.0;
-            if (n < N && k2 < K) { vb = B[bbase + select(k2 * N + n, n * LB + k2, tb)]; }
+            if (n < N && k2 < K) { vb = B[bbase + select(k2 * LB + n, n * LB + k2, tb)]; }
             Bs[kb * 32u + yb / 4u][yb % 4u] = vb;
         }
         workgroupBarrier();
@@ -81,7 +84,7 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // workgroup-memory reads of B stay contiguous); the accumulators stay in registers (no dynamic index)
     let mr = m0 + lid.y * 8u;
     let nc = n0 + lid.x * 4u;
-    let base = prm[7] + bt * prm[10];
+    let base = gp.c_off + bt * gp.c_bs;
     store_row(base, mr + 0u, nc, c0a); store_row(base, mr + 0u, nc + 64u, c0b);
     store_row(base, mr + 1u, nc, c1a); store_row(base, mr + 1u, nc + 64u, c1b);
     store_row(base, mr + 2u, nc, c2a); store_row(base, mr + 2u, nc + 64u, c2b);
@@ -93,13 +96,13 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 }
 
 fn store_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
-    let M = prm[0]; let N = prm[1];
-    let alpha = bitcast<f32>(prm[11]);
-    let beta = bitcast<f32>(prm[12]);
+    let M = gp.M; let N = gp.N;
+    let alpha = gp.alpha;
+    let beta = gp.beta;
     if (m >= M) { return; }
     for (var j = 0u; j < 4u; j++) {
         if (n + j < N) {
-            let o = base + m * N + n + j;
+            let o = base + m * gp.ldc + n + j;
             var x = alpha * v[j];
             if (beta != 0.0) { x = x + beta * C[o]; }
             C[o] = x;
@@ -125,27 +128,27 @@ fn frob_scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 // GEMMs with few outputs and a long K (M N <= 64 and K > KSPLIT: Newton-Schulz's X X^T of a very wide matrix), in
 // two passes with short loops: gemm_thin's workgroup (matrix, chunk) sums, output by output, the products over its
 // chunk of TCH k's into P[(matrix chunks + chunk) M N + output]; thin_sum adds a matrix's chunks in order and stores
-// C = alpha sum + beta C (one thread per output). prm as gemm's, and [18] the chunks per matrix.
+// C = alpha sum + beta C (one thread per output). gp as gemm's (chunks: the chunks per matrix).
 const TCH: u32 = 4096u;  // (16 k's a thread)
 
 @compute @workgroup_size(256)
 fn gemm_thin(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let w = wid.x + wid.y * nwg.x;
-    let chunks = prm[18];
-    if (w >= chunks * prm[15]) { return; }  // (uniform for the workgroup)
-    let M = prm[0]; let N = prm[1]; let K = prm[2];
-    let ta = prm[3] != 0u; let tb = prm[4] != 0u;
-    let LA = prm[16]; let LB = prm[17];
-    let abase = prm[5] + (w / chunks) * prm[8];
-    let bbase = prm[6] + (w / chunks) * prm[9];
+    let chunks = gp.chunks;
+    if (w >= chunks * gp.batch) { return; }  // (uniform for the workgroup)
+    let M = gp.M; let N = gp.N; let K = gp.K;
+    let ta = gp.ta != 0u; let tb = gp.tb != 0u;
+    let LA = gp.lda; let LB = gp.ldb;
+    let abase = gp.a_off + (w / chunks) * gp.a_bs;
+    let bbase = gp.b_off + (w / chunks) * gp.b_bs;
     let k0 = (w % chunks) * TCH;
     let k1 = min(K, k0 + TCH);
     for (var o = 0u; o < M * N; o++) {
         let m = o / N; let n = o % N;
         var s = 0.0;
         for (var k = k0 + lid; k < k1; k = k + 256u) {
-            s = s + A[abase + select(m * LA + k, k * M + m, ta)] * B[bbase + select(k * N + n, n * LB + k, tb)];
+            s = s + A[abase + select(m * LA + k, k * LA + m, ta)] * B[bbase + select(k * LB + n, n * LB + k, tb)];
         }
         let t = wg_sum(lid, s);
         if (lid == 0u) { P[w * M * N + o] = t; }
@@ -156,14 +159,14 @@ fn gemm_thin(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
 fn thin_sum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
-    let mn = prm[0] * prm[1];
-    if (i >= mn * prm[15]) { return; }
+    let mn = gp.M * gp.N;
+    if (i >= mn * gp.batch) { return; }
     let bt = i / mn;
     var s = 0.0;
-    for (var c = 0u; c < prm[18]; c++) { s = s + P[(bt * prm[18] + c) * mn + i % mn]; }
-    let o = prm[7] + bt * prm[10] + i % mn;
-    var x = bitcast<f32>(prm[11]) * s;
-    if (bitcast<f32>(prm[12]) != 0.0) { x = x + bitcast<f32>(prm[12]) * C[o]; }
+    for (var c = 0u; c < gp.chunks; c++) { s = s + P[(bt * gp.chunks + c) * mn + i % mn]; }
+    let o = gp.c_off + bt * gp.c_bs + (i % mn) / gp.N * gp.ldc + (i % mn) % gp.N;
+    var x = gp.alpha * s;
+    if (gp.beta != 0.0) { x = x + gp.beta * C[o]; }
     C[o] = x;
 }
 

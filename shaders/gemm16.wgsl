@@ -1,7 +1,7 @@
 // Batched GEMM in float16 (rlx_gpu/linalg.py, ns_dtype="float16"): C = alpha * op(A) @ op(B) + beta * C with A, B and
 // C stored as f16, the products summed with packed f16 FMAs (vec4<f16>) over K steps of 16 and each step's partial
 // sums added into float32 accumulators; alpha and beta applied in float32, C rounded to f16 once. The same tiling and
-// prm layout as gemm.wgsl (128 x 128 outputs per workgroup, 8 x 8 per thread; a long K split alike); inputs must be
+// parameters as gemm.wgsl (gp; 128 x 128 outputs per workgroup, 8 x 8 per thread; a long K split alike); inputs must be
 // scaled so that partial sums of 16 products stay well inside f16's range (Newton-Schulz's scaling: linalg/record.py;
 // with a K split, each slab's result is rounded to f16 before the next adds to it).
 enable f16;
@@ -10,6 +10,7 @@ enable f16;
 @group(0) @binding(1) var<storage, read> B: array<f16>;
 @group(0) @binding(2) var<storage, read_write> C: array<f16>;
 @group(0) @binding(3) var<storage, read> prm: array<u32>;
+@group(0) @binding(5) var<storage, read> gp: Gemm;
 
 // #include "matrix_common.wgsl"
 
@@ -22,17 +23,17 @@ var<workgroup> Bs: array<vec4<f16>, 512>;  // [k][n / 4]
 fn gemm16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_id) lid: vec3<u32>) {
     let g = wid.x + wid.y * nwg.x;
-    let per = prm[13] * prm[14];
-    if (g >= per * prm[15]) { return; }
+    let per = gp.tiles_n * gp.tiles_m;
+    if (g >= per * gp.batch) { return; }
     let li = lid.y * 16u + lid.x;
     let bt = g / per;
-    let m0 = ((g % per) / prm[13]) * TM;
-    let n0 = ((g % per) % prm[13]) * TM;
-    let M = prm[0]; let N = prm[1]; let K = prm[2];
-    let ta = prm[3] != 0u; let tb = prm[4] != 0u;
-    let LA = prm[16]; let LB = prm[17];  // (the row length along k of A, and of B^T: K, more in a slab of a K-split)
-    let abase = prm[5] + bt * prm[8];
-    let bbase = prm[6] + bt * prm[9];
+    let m0 = ((g % per) / gp.tiles_n) * TM;
+    let n0 = ((g % per) % gp.tiles_n) * TM;
+    let M = gp.M; let N = gp.N; let K = gp.K;
+    let ta = gp.ta != 0u; let tb = gp.tb != 0u;
+    let LA = gp.lda; let LB = gp.ldb;
+    let abase = gp.a_off + bt * gp.a_bs;
+    let bbase = gp.b_off + bt * gp.b_bs;
     var acc: array<vec4<f32>, 16>;
     for (var k0 = 0u; k0 < K; k0 = k0 + TK) {
         // (each thread writes single f16 components of the staging vectors, as gemm.wgsl does with f32 ones: WGSL
@@ -43,13 +44,13 @@ fn gemm16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
             let xx = select(idx % TM, idx / TK, !ta);
             let m = m0 + xx; let k = k0 + kk;
             var va = f16(0.0);
-            if (m < M && k < K) { va = A[abase + select(m * LA + k, k * M + m, ta)]; }
+            if (m < M && k < K) { va = A[abase + select(m * LA + k, k * LA + m, ta)]; }
             As[kk * 32u + xx / 4u][xx % 4u] = va;
             let kb = select(idx / TM, idx % TK, tb);
             let yb = select(idx % TM, idx / TK, tb);
             let n = n0 + yb; let k2 = k0 + kb;
             var vb = f16(0.0);
-            if (n < N && k2 < K) { vb = B[bbase + select(k2 * N + n, n * LB + k2, tb)]; }
+            if (n < N && k2 < K) { vb = B[bbase + select(k2 * LB + n, n * LB + k2, tb)]; }
             Bs[kb * 32u + yb / 4u][yb % 4u] = vb;
         }
         workgroupBarrier();
@@ -87,7 +88,7 @@ fn gemm16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     }
     let mr = m0 + lid.y * 8u;
     let nc = n0 + lid.x * 4u;
-    let base = prm[7] + bt * prm[10];
+    let base = gp.c_off + bt * gp.c_bs;
     store_row(base, mr + 0u, nc, acc[0]); store_row(base, mr + 0u, nc + 64u, acc[1]);
     store_row(base, mr + 1u, nc, acc[2]); store_row(base, mr + 1u, nc + 64u, acc[3]);
     store_row(base, mr + 2u, nc, acc[4]); store_row(base, mr + 2u, nc + 64u, acc[5]);
@@ -99,13 +100,13 @@ fn gemm16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 }
 
 fn store_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
-    let M = prm[0]; let N = prm[1];
-    let alpha = bitcast<f32>(prm[11]);
-    let beta = bitcast<f32>(prm[12]);
+    let M = gp.M; let N = gp.N;
+    let alpha = gp.alpha;
+    let beta = gp.beta;
     if (m >= M) { return; }
     for (var j = 0u; j < 4u; j++) {
         if (n + j < N) {
-            let o = base + m * N + n + j;
+            let o = base + m * gp.ldc + n + j;
             var x = alpha * v[j];
             if (beta != 0.0) { x = x + beta * f32(C[o]); }
             C[o] = f16(x);

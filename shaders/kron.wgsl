@@ -1,11 +1,13 @@
-// Kron's kernels (rlx_gpu/optim/kron.py); the products between them are rlx_gpu/linalg.py's batched GEMMs. Per
-// shape, the work buffers hold the shape's matrices back to back.
+// Kron's kernels (rlx_gpu/optim/kron.py); the products between them are rlx_gpu/linalg's batched GEMMs, and the
+// triangular solves its blocked ones (rlx_gpu/linalg/factor.py). Per shape, the work buffers hold the shape's
+// matrices back to back.
 //   kron_momentum (per tensor piece): g = grad * grad_mul (+ weight_decay p without weight_decouple);
 //       b = b * momentum + (1 - momentum) g;  d = b / (1 - momentum^step) -> ds;  g -> hs (when the update uses g)
 //   kron_apply (per piece): u = ps * scale (+ weight_decay p with weight_decouple);  p = p + (-lr) u
-// mp (one record per piece): [count, offset in the chunk, offset in the work buffers, flags (1: L2 decay, 2: write
-//     g, 4: decoupled decay), grad_mul word, the matrix's slot, momentum, 1 - momentum, 1 - momentum^step,
-//     weight_decay, -lr] (words 6.. are float32 bits).
+// Parameters by name (rlx_gpu/optim/kron.py): mp, one KronPiece per tensor piece: count, chunk_off, work_off,
+//     flags (1: L2 decay, 2: write g, 4: decoupled decay), gm_word (grad_mul's hyper word), slot (the matrix's),
+//     mom, omm = 1 - momentum, bias = 1 - momentum^step, wd, neg_lr, key (the probe's), probe_off (the piece's
+//     offset in its tensor); kp, a KronRun for the kernels over a run of matrices (each says which fields it reads).
 
 @group(0) @binding(0) var<storage, read> hyper: array<u32>;
 @group(0) @binding(1) var<storage, read> grad: array<f32>;
@@ -15,38 +17,38 @@
 @group(0) @binding(5) var<storage, read_write> hs: array<f32>;
 @group(0) @binding(6) var<storage, read> ps: array<f32>;
 @group(0) @binding(7) var<storage, read> sc: array<f32>;
-@group(0) @binding(8) var<storage, read> mp: array<u32>;
+@group(0) @binding(8) var<storage, read> mp: KronPiece;
 
 // #include "matrix_common.wgsl"
-
-fn f(k: u32) -> f32 { return bitcast<f32>(mp[k]); }
 
 @compute @workgroup_size(256)
 fn kron_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
-    if (i >= mp[0]) { return; }
-    var g = grad[mp[1] + i] * bitcast<f32>(hyper[mp[4]]);
-    if ((mp[3] & 1u) != 0u) { g = g + f(9u) * param[mp[1] + i]; }
-    let b = buf[mp[1] + i] * f(6u) + f(7u) * g;
-    buf[mp[1] + i] = b;
-    ds[mp[2] + i] = b / f(8u);
-    if ((mp[3] & 2u) != 0u) { hs[mp[2] + i] = g; }
+    if (i >= mp.count) { return; }
+    let e = mp.chunk_off + i;
+    var g = grad[e] * bitcast<f32>(hyper[mp.gm_word]);
+    if ((mp.flags & 1u) != 0u) { g = g + mp.wd * param[e]; }
+    let b = buf[e] * mp.mom + mp.omm * g;
+    buf[e] = b;
+    ds[mp.work_off + i] = b / mp.bias;
+    if ((mp.flags & 2u) != 0u) { hs[mp.work_off + i] = g; }
 }
 
 @compute @workgroup_size(256)
 fn kron_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
-    if (i >= mp[0]) { return; }
-    var u = ps[mp[2] + i] * sc[mp[5]];
-    if ((mp[3] & 4u) != 0u) { u = u + f(9u) * param[mp[1] + i]; }
-    param[mp[1] + i] = param[mp[1] + i] + f(10u) * u;
+    if (i >= mp.count) { return; }
+    let e = mp.chunk_off + i;
+    var u = ps[mp.work_off + i] * sc[mp.slot];
+    if ((mp.flags & 4u) != 0u) { u = u + mp.wd * param[e]; }
+    param[e] = param[e] + mp.neg_lr * u;
 }
 
 // The default probe (rlx_gpu/reference/kron.py device_probe): element e of a tensor (e = the piece's offset in its
 // tensor + i) gets z = -sqrt(-2 ln u1) cos(2 pi u2 - pi), u1 = (hash(key ^ hash(2e)) >> 8 + 1) 2^-24, u2 = (hash(key ^
-// hash(2e + 1)) >> 8) 2^-24, into vs. mp words 11, 12: the tensor's key (seed, step, name), the piece's offset.
+// hash(2e + 1)) >> 8) 2^-24, into vs; mp.key: the tensor's (seed, step, name), mp.probe_off: the piece's offset.
 @group(0) @binding(9) var<storage, read_write> vs: array<f32>;
 
 fn mix32(x: u32) -> u32 {  // (lowbias32)
@@ -59,85 +61,55 @@ fn mix32(x: u32) -> u32 {  // (lowbias32)
 fn kron_probe(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
-    if (i >= mp[0]) { return; }
-    let e = mp[12] + i;
-    let u1 = (f32(mix32(mp[11] ^ mix32(2u * e)) >> 8u) + 1.0) * 5.9604645e-8;
-    let u2 = f32(mix32(mp[11] ^ mix32(2u * e + 1u)) >> 8u) * 5.9604645e-8;
-    vs[mp[2] + i] = -(sqrt(-2.0 * log(u1)) * cos(6.2831855 * u2 - 3.1415927));  // (cos's argument in [-pi, pi))
+    if (i >= mp.count) { return; }
+    let e = mp.probe_off + i;
+    let u1 = (f32(mix32(mp.key ^ mix32(2u * e)) >> 8u) + 1.0) * 5.9604645e-8;
+    let u2 = f32(mix32(mp.key ^ mix32(2u * e + 1u)) >> 8u) * 5.9604645e-8;
+    vs[mp.work_off + i] = -(sqrt(-2.0 * log(u1)) * cos(6.2831855 * u2 - 3.1415927));  // (cos's argument in [-pi, pi))
 }
 
-// Run-level kernels: prm words as each says.
+// Run-level kernels: the KronRun fields each reads.
 @group(0) @binding(10) var<storage, read_write> sa: array<f32>;
 @group(0) @binding(11) var<storage, read_write> sb: array<f32>;
 @group(0) @binding(12) var<storage, read> sx: array<f32>;
 @group(0) @binding(13) var<storage, read_write> q: array<f32>;
 @group(0) @binding(14) var<storage, read_write> xv: array<f32>;
 @group(0) @binding(15) var<storage, read_write> vals: array<f32>;
-@group(0) @binding(16) var<storage, read> prm: array<u32>;
+@group(0) @binding(16) var<storage, read> kp: KronRun;
 
-// Y = X Q^-1 for upper-triangular Q, a row of X a workgroup: Y's row starts as X's, then for j = 0, 1, ...:
-// y_j /= Q_jj (its owner thread), and every later y_k -= y_j Q_jk (the threads over k; row j of Q read coalesced).
-// Each y_k sees the same operations in the same order as y_j = (x_j - sum_{i<j} y_i Q_ij) / Q_jj.
-// prm: [rows a matrix, s (row length), batch, X transposed (X[r][j] at j * rows + r), X offset, Q offset,
-//       Y offset, X stride, Q stride, Y stride]; X in sx, Q in q (read), Y in sa.
-var<workgroup> yj: f32;
-
-@compute @workgroup_size(256)
-fn kron_trsm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_index) lid: u32) {
-    let t = wid.x + wid.y * nwg.x;
-    let rows = prm[0]; let s = prm[1];
-    if (t >= rows * prm[2]) { return; }  // (uniform for the workgroup)
-    let z = t / rows; let r = t % rows;
-    let xb = prm[4] + z * prm[7]; let qb = prm[5] + z * prm[8]; let yb = prm[6] + z * prm[9] + r * s;
-    let tx = prm[3] != 0u;
-    for (var k = lid; k < s; k = k + 256u) { sa[yb + k] = sx[xb + select(r * s + k, k * rows + r, tx)]; }
-    for (var j = 0u; j < s; j++) {
-        if (lid == j % 256u) {
-            let v = sa[yb + j] / q[qb + j * s + j];
-            sa[yb + j] = v;
-            yj = v;
-        }
-        workgroupBarrier();
-        let y = yj;
-        for (var k = lid; k < s; k = k + 256u) {
-            if (k > j) { sa[yb + k] = sa[yb + k] - y * q[qb + j * s + k]; }
-        }
-        workgroupBarrier();
-    }
-}
-
-// sa = sa - sb (t1 - t2), sb = sa + sb (t1 + t2); prm: [count]
+// sa = sa - sb (t1 - t2), sb = sa + sb (t1 + t2); kp: count
 @compute @workgroup_size(256)
 fn kron_terms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
-    if (i >= prm[0]) { return; }
+    if (i >= kp.count) { return; }
     let t1 = sa[i]; let t2 = sb[i];
     sa[i] = t1 - t2;
     sb[i] = t1 + t2;
 }
 
-// sa = triu(sa * precond_lr) / (vals[slot0 + z] + tiny) for matrix z; prm: [s, count, precond_lr bits, slot0]
+// sa = triu(sa * precond_lr) / (vals[slot0 + z] + tiny) for matrix z; kp: s, count, plr, slot0
 @compute @workgroup_size(256)
 fn kron_tri(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
-    if (i >= prm[1]) { return; }
-    let s = prm[0];
+    if (i >= kp.count) { return; }
+    let s = kp.s;
     let e = i % (s * s);
-    var v = sa[i] * bitcast<f32>(prm[2]);
+    var v = sa[i] * kp.plr;
     if (e % s < e / s) { v = 0.0; }  // (below the diagonal)
-    sa[i] = v / (vals[prm[3] + i / (s * s)] + 1.17549435e-38);
+    sa[i] = v / (vals[kp.slot0 + i / (s * s)] + 1.17549435e-38);
 }
 
-// q[offset + i] -= sb[i]; prm: [count, offset]
+// q[off + i] -= sb[i] on and above each s x s matrix's diagonal (T Q is upper triangular: the products below it, which
+// are zero, are not made: rlx_gpu/optim/kron.py); kp: count, off, s
 @compute @workgroup_size(256)
 fn kron_sub(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
-    if (i >= prm[0]) { return; }
-    q[prm[1] + i] = q[prm[1] + i] - sb[i];
+    if (i >= kp.count) { return; }
+    let e = i % (kp.s * kp.s);
+    if (e % kp.s >= e / kp.s) { q[kp.off + i] = q[kp.off + i] - sb[i]; }
 }
 
 var<workgroup> arg: array<u32, 256>;
@@ -148,17 +120,17 @@ var<workgroup> arg: array<u32, 256>;
 // Column passes (a thread a column, ceil(s / 256) workgroups a matrix): kron_nl_col (what: 0 max |S_:j|, 1 sum of
 // a_ij^2, 2 x_j = sum_k a_kj a_jk, 3 y_j = sum_k a_kj x_k / |x|) into xv; vector passes (a workgroup a matrix)
 // reduce xv into nl = [max (B), argmax (B, as f32), |x| (B)] and finally vals[slot0 + z] = max |y|.
-// prm: [s, batch, slot0, what]; xv: 2 s floats a matrix (x, then the other passes); the bound goes to q (bound).
+// kp: s, batch, slot0, what; xv: 2 s floats a matrix (x, then the other passes); the bound goes to q (bound).
 fn nl_div(z: u32) -> f32 { let mx = vals[z]; return select(1.0, mx, mx > 0.0); }
 
 @compute @workgroup_size(256)
 fn kron_nl_col(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
     let g = wid.x + wid.y * nwg.x;
-    let s = prm[0]; let per = (s + 255u) / 256u;
+    let s = kp.s; let per = (s + 255u) / 256u;
     let z = g / per; let j = (g % per) * 256u + lid;
-    if (z >= prm[1] || j >= s) { return; }
-    let base = z * s * s; let what = prm[3];
+    if (z >= kp.batch || j >= s) { return; }
+    let base = z * s * s; let what = kp.what;
     var acc = 0.0;
     if (what == 0u) {
         for (var i = 0u; i < s; i++) { acc = max(acc, abs(sb[base + i * s + j])); }
@@ -166,13 +138,13 @@ fn kron_nl_col(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         let d = nl_div(z);
         for (var i = 0u; i < s; i++) { let v = sb[base + i * s + j] / d; acc = acc + v * v; }
     } else if (what == 2u) {
-        let d = nl_div(z); let r = u32(vals[prm[1] + z]);
+        let d = nl_div(z); let r = u32(vals[kp.batch + z]);
         for (var k = 0u; k < s; k++) { acc = acc + (sb[base + k * s + j] / d) * (sb[base + r * s + k] / d); }
     } else {
-        let d = nl_div(z); let xn = vals[2u * prm[1] + z];
+        let d = nl_div(z); let xn = vals[2u * kp.batch + z];
         for (var k = 0u; k < s; k++) { acc = acc + (sb[base + k * s + j] / d) * (xv[z * s + k] / xn); }
     }
-    if (what == 2u) { xv[z * s + j] = acc; } else { xv[prm[1] * s + z * s + j] = acc; }
+    if (what == 2u) { xv[z * s + j] = acc; } else { xv[kp.batch * s + z * s + j] = acc; }
 }
 
 // The vector passes: what 0: nl max; 1: nl argmax; 2: nl |x| (max'd with tiny); 3: bound into the run's slots.
@@ -181,9 +153,9 @@ fn kron_nl_col(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 fn kron_nl_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
     let z = wid.x + wid.y * nwg.x;
-    if (z >= prm[1]) { return; }  // (uniform for the workgroup)
-    let s = prm[0]; let what = prm[3];
-    let src = select(prm[1] * s + z * s, z * s, what == 2u);
+    if (z >= kp.batch) { return; }  // (uniform for the workgroup)
+    let s = kp.s; let what = kp.what;
+    let src = select(kp.batch * s + z * s, z * s, what == 2u);
     var best = -1.0; var bj = 0u; var acc = 0.0;
     for (var j = lid; j < s; j = j + 256u) {
         let v = xv[src + j];
@@ -193,8 +165,8 @@ fn kron_nl_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     if (what == 2u || what == 3u) {
         let t = sqrt(wg_sum(lid, acc));
         if (lid == 0u) {
-            if (what == 2u) { vals[2u * prm[1] + z] = max(t, 1.17549435e-38); }
-            else { q[prm[2] + z] = vals[z] * t; }
+            if (what == 2u) { vals[2u * kp.batch + z] = max(t, 1.17549435e-38); }
+            else { q[kp.slot0 + z] = vals[z] * t; }
         }
         return;
     }
@@ -209,34 +181,34 @@ fn kron_nl_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     }
     workgroupBarrier();
     if (lid == 0u) {
-        if (what == 0u) { vals[z] = red[0]; } else { vals[prm[1] + z] = f32(arg[0]); }  // (exact below 2^24)
+        if (what == 0u) { vals[z] = red[0]; } else { vals[kp.batch + z] = f32(arg[0]); }  // (exact below 2^24)
     }
 }
 
 // vals[slot0 + z] = min(1.1 / (sqrt(mean(P^2)) + 1e-6), 1) for matrix z of sx (count elements each, from offset);
-// prm: [count, offset, batch, slot0]
+// kp: count, off, batch, slot0
 @compute @workgroup_size(256)
 fn kron_rms(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     let z = wid.x + wid.y * nwg.x;
-    if (z >= prm[2]) { return; }
-    let n = prm[0];
-    let base = prm[1] + z * n;
+    if (z >= kp.batch) { return; }
+    let n = kp.count;
+    let base = kp.off + z * n;
     var acc = 0.0;
     for (var i = lid; i < n; i = i + 256u) { let v = sx[base + i]; acc = acc + v * v; }
     let t = wg_sum(lid, acc);
-    if (lid == 0u) { vals[prm[3] + z] = min(1.1 / (sqrt(t / f32(n)) + 1e-6), 1.0); }
+    if (lid == 0u) { vals[kp.slot0 + z] = min(1.1 / (sqrt(t / f32(n)) + 1e-6), 1.0); }
 }
 
 // Balance matrix z's two factors (Q_0 in q, Q_1 in sa): each *= sqrt(|Q_0|_max |Q_1|_max) / its own |.|_max.
-// prm: [m, n, batch, Q_0 offset, Q_1 offset]
+// kp: m, n, batch, q0_off, q1_off
 @compute @workgroup_size(256)
 fn kron_balance(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
     let z = wid.x + wid.y * nwg.x;
-    if (z >= prm[2]) { return; }
-    let m2 = prm[0] * prm[0]; let n2 = prm[1] * prm[1];
-    let b0 = prm[3] + z * m2; let b1 = prm[4] + z * n2;
+    if (z >= kp.batch) { return; }
+    let m2 = kp.m * kp.m; let n2 = kp.n * kp.n;
+    let b0 = kp.q0_off + z * m2; let b1 = kp.q1_off + z * n2;
     var a = 0.0;
     for (var i = lid; i < m2; i = i + 256u) { a = max(a, abs(q[b0 + i])); }
     let n0 = wg_max(lid, a);
@@ -250,8 +222,8 @@ fn kron_balance(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 }
 
 // A caller's probe holding inf or NaN (found on the host) fails a checked step's inf/NaN check, as such a grad does:
-// the global record's NONFINITE word (prm[0]) of the optimizer's record buffer is set, after the check and before
+// the global record's NONFINITE word (kp.word) of the optimizer's record buffer is set, after the check and before
 // the gate. (Dispatched only then.)
 @group(0) @binding(17) var<storage, read_write> flag: array<u32>;
 @compute @workgroup_size(1)
-fn kron_nonfinite() { flag[prm[0]] = 1u; }
+fn kron_nonfinite() { flag[kp.word] = 1u; }

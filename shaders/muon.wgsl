@@ -1,35 +1,35 @@
 // Muon's elementwise halves (rlx_gpu/optim/muon.py); Newton-Schulz between them is rlx_gpu/linalg.py's GEMMs.
 //   muon_momentum: b = lerp(b, g * grad_mul, 1 - momentum); u = lerp(g, b, momentum) if nesterov else b; u -> scratch
 //   muon_apply:    p = p * (1 - lr * weight_decay) + (-adjusted_lr) * u
-// mp (one record per tensor piece): [count, offset in the chunk, offset in the scratch, nesterov, grad_mul word,
-//     1 - momentum, momentum, decay, -adjusted_lr] (words 5.. are float32 bits).
+// mp (one record per tensor piece, struct MuonPiece: rlx_gpu/optim/muon.py): count, chunk_off (its offset in the
+//     chunk), work_off (in the scratch), nesterov, gm_word (the hyper word of grad_mul), omm = 1 - momentum, mom,
+//     decay = 1 - lr * weight_decay, neg_lr = -adjusted_lr.
 
 @group(0) @binding(0) var<storage, read> hyper: array<u32>;
 @group(0) @binding(1) var<storage, read> grad: array<f32>;
 @group(0) @binding(2) var<storage, read_write> buf: array<f32>;
 @group(0) @binding(3) var<storage, read_write> param: array<f32>;
 @group(0) @binding(4) var<storage, read_write> scratch: array<f32>;
-@group(0) @binding(5) var<storage, read> mp: array<u32>;
+@group(0) @binding(5) var<storage, read> mp: MuonPiece;
 
 // #include "matrix_common.wgsl"
-
-fn f(k: u32) -> f32 { return bitcast<f32>(mp[k]); }
 
 @compute @workgroup_size(256)
 fn muon_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
-    if (i >= mp[0]) { return; }
-    let g = grad[mp[1] + i] * bitcast<f32>(hyper[mp[4]]);
-    let b = lerp1(buf[mp[1] + i], g, f(5u));
-    buf[mp[1] + i] = b;
-    scratch[mp[2] + i] = select(b, lerp1(g, b, f(6u)), mp[3] != 0u);
+    if (i >= mp.count) { return; }
+    let e = mp.chunk_off + i;
+    let g = grad[e] * bitcast<f32>(hyper[mp.gm_word]);
+    let b = lerp1(buf[e], g, mp.omm);
+    buf[e] = b;
+    scratch[mp.work_off + i] = select(b, lerp1(g, b, mp.mom), mp.nesterov != 0u);
 }
 
 @compute @workgroup_size(256)
 fn muon_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
-    if (i >= mp[0]) { return; }
-    param[mp[1] + i] = param[mp[1] + i] * f(7u) + f(8u) * scratch[mp[2] + i];
+    if (i >= mp.count) { return; }
+    param[mp.chunk_off + i] = param[mp.chunk_off + i] * mp.decay + mp.neg_lr * scratch[mp.work_off + i];
 }

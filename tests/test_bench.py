@@ -174,3 +174,43 @@ def test_matrix_benches_run_small(script, args, keys, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(out.read_text())
     assert keys <= set(rep) and rep["figures"] and all(v > 0 for v in rep["figures"].values())
+
+
+def test_a_failing_variant_is_an_error_line_not_the_end(capsys):
+    """tools/bench/guarded.py: a figure that raises is printed as one error line, measured no more and left out of
+    the medians; the others are measured every round; the rounds stop at the budget (at least one)."""
+    import math
+    import time
+
+    from rlx_gpu.tools.bench.guarded import attempt, loud, rounds_until
+    errors, calls = {}, []
+
+    def bad():
+        calls.append("bad")
+        raise RuntimeError("shader did not compile\nsecond line")
+    figs = {"good_ms": loud(errors, "good_ms", lambda: 2.0), "bad_ms": loud(errors, "bad_ms", bad)}
+    med, got = rounds_until(figs, 3, None)
+    assert med == {"good_ms": 2.0} and got["good_ms"] == [2.0] * 3 and calls == ["bad"]
+    assert all(math.isnan(v) for v in got["bad_ms"]) and errors == {"bad_ms": "RuntimeError: shader did not compile"}
+    assert "bad_ms error: RuntimeError: shader did not compile" in capsys.readouterr().out
+    assert attempt(errors, "x", lambda: 5) == 5 and "x" not in errors
+    slow = {"s_ms": loud({}, "s_ms", lambda: time.sleep(0.2) or 1.0)}
+    assert len(rounds_until(slow, 10, 0.5)[1]["s_ms"]) == 2  # (a third round would end past 0.5 s)
+
+
+def test_matrix_h200_driver_reads_a_cut_short_job():
+    """benchmarks/matrix_h200.py: a job killed at its limit still reports the figures it printed (medians), its first
+    steps and errors; the table gives each figure's ratio to its job's baseline."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "matrix_h200", Path(__file__).resolve().parents[1] / "benchmarks" / "matrix_h200.py")
+    drv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(drv)
+    rep = drv.from_lines("soap_f32_first_step_ms 900.5 ms\nsoap_f16_ms error: ValueError: no shader-f16\n"
+                         "soap_f32_ms 50.0 ms\npo_soap_ms 150.0 ms\nsoap_f32_ms 70.0 ms\nsoap_f32_ms 60.0 ms\n")
+    assert rep["figures"] == {"soap_f32_ms": 60.0, "po_soap_ms": 150.0}
+    assert rep["first_step"] == {"soap_f32_first_step_ms": 900.5}
+    assert rep["errors"] == {"soap_f16_ms": "ValueError: no shader-f16"}
+    text = drv.table({"soap": (rep, "cut at 100 s", 100.0)})
+    assert re.search(r"soap_f32_ms +60\.00 +2\.50 +900\.5", text) and "error soap_f16_ms: ValueError" in text

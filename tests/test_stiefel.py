@@ -6,8 +6,9 @@ surroundings (inf skip, clip, lr_scale, checkpoints), and bad input.
 Tolerances: twin vs geoopt 5e-6 (Euclidean; float32 products summed in another order, LAPACK's QR vs NumPy's)
 and 1e-4 (canonical: the n x n solve of the Cayley step amplifies rounding; measured 3.4e-5 with Nesterov
 momentum); GPU vs twin, Euclidean, 3e-6 on params and 3e-5 on momentum buffers (whose entries reach ~10: relative
-3e-6), as Cholesky-QR and Householder QR round differently; canonical 3e-5 and 3e-4 (Woodbury's 2p x 2p solve
-against the twin's n x n one; measured 1e-5 and 1.1e-4 over 20 steps)."""
+3e-6), as Cholesky-QR and Householder QR round differently; canonical 3e-5 and 3e-4 (Woodbury's 2p x 2p solve by
+blocked LU against the twin's n x n one; measured 1e-5 and 1.1e-4 over 20 steps); the GPU class against geoopt
+and the float16 path: GEOOPT_TOL below."""
 import numpy as np
 import pytest
 
@@ -31,30 +32,78 @@ def points(seed=0):
     return {"a": point(rng, 40, 6), "b": point(rng, 17, 17), "c": point(rng, 40, 6), "d": point(rng, 300, 20)}
 
 
+# (tolerances against geoopt, 30 steps: params, momentum buffers; the GPU's float32 path adds its own difference from
+# the twin; float16 (matmul_dtype="float16": the tangent projections through float16, the retraction in float32) at
+# lr 0.01, where the trajectories' own divergence stays small: measured 5.1e-4, 5.0e-3 (euclidean) and 1.6e-3,
+# 2.1e-2 (canonical) with gemm16, 1.5e-4, 1.8e-3 and 7.4e-4, 1.2e-2 on the emulated tensor-core kernel; the momentum
+# buffers' entries reach ~30)
+GEOOPT_TOL = {("twin", "euclidean"): (5e-6, 5e-5), ("twin", "canonical"): (1e-4, 1e-3),
+              ("float32", "euclidean"): (1e-5, 1e-4), ("float32", "canonical"): (2e-4, 2e-3),
+              ("float16", "euclidean"): (2e-3, 1.5e-2), ("float16", "canonical"): (5e-3, 5e-2)}
+
+
+@pytest.mark.parametrize("who", ["twin", "float32", "float16"])
 @pytest.mark.parametrize("manifold", ["euclidean", "canonical"])
 @pytest.mark.parametrize("opts", OPTS, ids=["plain", "nesterov", "dampening-wd"])
-def test_twin_equals_geoopt(manifold, opts):
+def test_twin_equals_geoopt(manifold, opts, who, request):
+    """The twin and the GPU class (both paths, "auto") against geoopt."""
     torch = pytest.importorskip("torch", reason="geoopt runs on torch")
     geoopt = pytest.importorskip("geoopt", reason="geoopt is the oracle (CI installs it)")
     x0 = {k: v for k, v in points().items() if k != "d"}
-    twin = Twin(x0, lr=0.05, manifold=manifold, **opts)
+    lr = 0.01 if who == "float16" else 0.05
+    if who == "twin":
+        ours = Twin(x0, lr=lr, manifold=manifold, **opts)
+    else:
+        dev = request.getfixturevalue("device")
+        if who == "float16" and "shader-f16" not in dev.features:
+            pytest.skip(f"{dev.name} has no shader-f16")
+        ours = rlx_gpu.StiefelSGD(x0, lr=lr, manifold=manifold, device=dev, matmul_dtype=who, **opts)
     man = geoopt.EuclideanStiefel() if manifold == "euclidean" else geoopt.Stiefel()  # (what a geoopt user writes)
     assert isinstance(geoopt.Stiefel(), geoopt.CanonicalStiefel)  # (the docstrings' claim: canonical is geoopt's)
     tp = {n: geoopt.ManifoldParameter(torch.tensor(v), manifold=man) for n, v in x0.items()}
-    go = geoopt.optim.RiemannianSGD(list(tp.values()), lr=0.05, **opts)
-    tol = 5e-6 if manifold == "euclidean" else 1e-4
+    go = geoopt.optim.RiemannianSGD(list(tp.values()), lr=lr, **opts)
+    tol, mtol = GEOOPT_TOL[who, manifold]
     rng = np.random.default_rng(1)
     for s in range(30):
         g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in x0.items()}
         for n, t in tp.items():
             t.grad = torch.tensor(g[n])
         go.step()
-        twin.step(g)
+        ours.step(g)
+        got = ours.params if who == "twin" else ours.read_params()
+        st = ours.state if who == "twin" else ours.state_dict()["state"]
         for n, t in tp.items():
-            np.testing.assert_allclose(twin.params[n], t.detach().numpy(), atol=tol, err_msg=f"{s} {n}")
+            np.testing.assert_allclose(got[n], t.detach().numpy(), atol=tol, err_msg=f"{s} {n}")
             if opts["momentum"]:
-                np.testing.assert_allclose(twin.state[n]["momentum_buffer"], go.state[t]["momentum_buffer"].numpy(),
-                                           atol=tol * 10, rtol=tol, err_msg=f"{s} {n}")
+                np.testing.assert_allclose(st[n]["momentum_buffer"], go.state[t]["momentum_buffer"].numpy(),
+                                           atol=mtol, rtol=tol, err_msg=f"{s} {n}")
+
+
+@pytest.mark.parametrize("manifold", ["euclidean", "canonical"])
+@pytest.mark.parametrize("path", ["auto", "emulated"])
+def test_float16_path_follows_the_twin_and_stays_on_the_manifold(device, manifold, path):
+    """matmul_dtype="float16" against the twin, the tall matrix (300, 20) included, 300 steps: within the f16
+    tolerances of GEOOPT_TOL, and |X^T X - I| <= 1e-5 (the retraction is float32)."""
+    if "shader-f16" not in device.features:
+        pytest.skip(f"{device.name} has no shader-f16")
+    x0 = points(9)
+    kw = dict(lr=0.01, momentum=0.9, manifold=manifold)
+    gpu, twin = rlx_gpu.StiefelSGD(x0, device=device, matmul_dtype="float16", **kw), Twin(x0, **kw)
+    if path != "auto":
+        gpu._mm_path = path
+    rng = np.random.default_rng(10)
+    for s in range(30):
+        g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in x0.items()}
+        gpu.step(g)
+        twin.step(g)
+    got = gpu.read_params()
+    for n in x0:
+        np.testing.assert_allclose(got[n], twin.params[n], atol=GEOOPT_TOL["float16", manifold][0], err_msg=n)
+    g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in x0.items()}
+    for s in range(270):
+        gpu.step(g if s % 2 else {n: -0.5 * v for n, v in g.items()})
+    got = gpu.read_params()
+    assert max(off_manifold(got[n]) for n in x0) <= 1e-5
 
 
 @pytest.mark.parametrize("manifold", ["euclidean", "canonical"])

@@ -1,11 +1,13 @@
 """Recording matrix work into a command encoder or compute pass (what ``rlx_gpu.linalg``'s public functions and the
 matrix optimizers record): the batched GEMMs (``shaders/gemm.wgsl``, ``shaders/gemm16.wgsl``), copies, Frobenius
-scaling, Newton-Schulz in float32 and float16, Cholesky-QR. Buffers and element offsets in, dispatches out."""
+scaling, Newton-Schulz in float32 and float16 (Cholesky-QR and the other factorisations: ``factor.py``). Buffers and
+element offsets in, dispatches out."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..runtime.kernels import shipped_kernel
+from ..runtime.params import Params, declare
 
 TILE = 128  # outputs per workgroup along m and n (shaders/gemm.wgsl, gemm16.wgsl)
 # The most K one GEMM dispatch sums: its threads' k loops stay short (2,048 tiles of 8 or 1,024 of 16, a few nested
@@ -16,6 +18,11 @@ THIN, TCH = 64, 4096  # a long K with at most THIN outputs a matrix: chunks of T
 # Matrices of up to FROB_ONE elements get their Frobenius scaling from one workgroup each (two loops of count/256
 # a thread); larger ones in two passes over chunks of FCH (shaders/gemm.wgsl frob_part, frob_apply).
 FROB_ONE, FCH = 1 << 22, 16384
+#: The parameters of shaders/gemm.wgsl's and gemm16.wgsl's GEMMs (``gp``), by name.
+GEMM = Params("Gemm", "M", "N", "K", "ta", "tb", "a_off", "b_off", "c_off", "a_bs", "b_bs", "c_bs", "alpha:f32",
+              "beta:f32", "tiles_n", "tiles_m", "batch", "lda", "ldb", "ldc", "chunks")
+declare("gemm.wgsl", GEMM)
+declare("gemm16.wgsl", GEMM)
 
 
 def _bits(x: float) -> int:
@@ -44,35 +51,42 @@ def _bind(k, cache, buffers: dict):
 
 
 def gemm(dev, enc, a, b, c, M, N, K, *, ta=False, tb=False, offsets=(0, 0, 0), strides=None, alpha=1.0, beta=0.0,
-         batch=1, keep=None, cache=None, f16=False) -> None:
+         batch=1, keep=None, cache=None, f16=False, lds=None) -> None:
     """Record C = alpha * op(A) @ op(B) + beta * C for ``batch`` matrices (buffers ``a``, ``b``, ``c``; element
-    offsets and batch strides; ``c`` must not be ``a`` or ``b``). ``keep``: a list that holds the parameter buffer
-    until the work is submitted. ``f16``: the buffers hold float16 (``shaders/gemm16.wgsl``: packed f16 products
-    summed 16 at a time, those partial sums added in float32; the caller scales its inputs so that they stay in
-    range)."""
+    offsets and batch strides; ``lds``: the row strides of A, B, C as stored (default packed: A (M, K) or (K, M)
+    with ``ta``, B (K, N) or (N, K) with ``tb``, C (M, N)), so sub-blocks of larger matrices are operands too;
+    ``c`` must not be ``a`` or ``b``). ``keep``: a list that holds the parameter buffer until the work is
+    submitted. ``f16``: the buffers hold float16 (``shaders/gemm16.wgsl``: packed f16 products summed 16 at a time,
+    those partial sums added in float32; the caller scales its inputs so that they stay in range)."""
     strides = strides or (M * K, K * N, M * N)
+    lda, ldb, ldc = lds or ((M if ta else K), (K if tb else N), N)
     tn, tm = -(-N // TILE), -(-M // TILE)
     if K > KSPLIT and M * N <= THIN and not f16:
-        return _gemm_thin(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta, batch, keep, cache)
+        return _gemm_thin(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta, batch, keep, cache,
+                          (lda, ldb, ldc))
     k = shipped_kernel(dev, "gemm16.wgsl", "gemm16") if f16 else shipped_kernel(dev, "gemm.wgsl", "gemm")
     for k0 in range(0, max(K, 1), KSPLIT):  # (one dispatch unless K > KSPLIT)
-        oa, ob = offsets[0] + (k0 * M if ta else k0), offsets[1] + (k0 if tb else k0 * N)
-        words = [M, N, min(KSPLIT, K - k0), int(ta), int(tb), oa, ob, offsets[2], *strides, _bits(alpha),
-                 _bits(beta if k0 == 0 else 1.0), tn, tm, batch, K, K]
+        oa, ob = offsets[0] + (k0 * lda if ta else k0), offsets[1] + (k0 if tb else k0 * ldb)
+        words = GEMM.pack(M=M, N=N, K=min(KSPLIT, K - k0), ta=int(ta), tb=int(tb), a_off=oa, b_off=ob,
+                          c_off=offsets[2], a_bs=strides[0], b_bs=strides[1], c_bs=strides[2], alpha=alpha,
+                          beta=beta if k0 == 0 else 1.0, tiles_n=tn, tiles_m=tm, batch=batch, lda=lda, ldb=ldb,
+                          ldc=ldc, chunks=0)
         pbuf = _prm(dev, words, "gemm.prm", keep, cache)
-        k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": c, "prm": pbuf}), tn * tm * batch)
+        k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": c, "gp": pbuf}), tn * tm * batch)
 
 
-def _gemm_thin(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta, batch, keep, cache) -> None:
+def _gemm_thin(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta, batch, keep, cache, lds) -> None:
     """:func:`gemm` for few outputs (M N <= THIN) and a long K: partial sums over chunks of TCH k's, then their sum
     (``shaders/gemm.wgsl`` gemm_thin, thin_sum)."""
     chunks = -(-K // TCH)
-    words = [M, N, K, int(ta), int(tb), *offsets, *strides, _bits(alpha), _bits(beta), 0, 0, batch, K, K, chunks]
+    words = GEMM.pack(M=M, N=N, K=K, ta=int(ta), tb=int(tb), a_off=offsets[0], b_off=offsets[1], c_off=offsets[2],
+                      a_bs=strides[0], b_bs=strides[1], c_bs=strides[2], alpha=alpha, beta=beta, tiles_n=0,
+                      tiles_m=0, batch=batch, lda=lds[0], ldb=lds[1], ldc=lds[2], chunks=chunks)
     pbuf = _prm(dev, words, "gemm.prm", keep, cache)
     part = _scratch(dev, 4 * batch * chunks * M * N, "gemm.thin", keep, cache)
     for entry, groups in (("gemm_thin", batch * chunks), ("thin_sum", -(-batch * M * N // 256))):
         k = shipped_kernel(dev, "gemm.wgsl", entry)
-        k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": c, "P": part, "prm": pbuf}), groups)
+        k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": c, "P": part, "gp": pbuf}), groups)
 
 
 def _scratch(dev, nbytes, label, keep, cache):
@@ -229,18 +243,3 @@ def _tiled16(dev, batch, keep, cache):
         gemm(dev, enc, A, B, C, M, N, K, alpha=alpha, beta=beta if D is not None else 0.0, batch=batch, keep=keep,
              cache=cache, f16=True, ta=ta, tb=tb, strides=strides)
     return mm
-
-
-def cholesky_qr_encode(dev, enc, y, z, small, n, p, batch, keep, cache=None) -> None:
-    """Record, in place in buffer ``y``, the Q of each of ``batch`` (n, p) matrices (n >= p) with R's diagonal
-    positive: Cholesky-QR twice (G = Y^T Y by GEMM, G's Cholesky factor L in one workgroup per matrix, Q = Y L^-T a
-    row a thread: ``shaders/cholqr.wgsl``). ``z`` (batch*n*p floats) and ``small`` (batch*p*p) are work buffers.
-    float32; accurate while Y is well conditioned (kappa(Y)^2 well below 1/eps, as X + a step on the Stiefel
-    manifold is), the second pass restoring orthogonality to float32 rounding."""
-    prm = _prm(dev, [n, p, batch, 0, 0, 0, 0, 0], "cholqr.prm", keep, cache)
-    kc, kt = shipped_kernel(dev, "cholqr.wgsl", "chol"), shipped_kernel(dev, "cholqr.wgsl", "trsm")
-    for src, dst in ((y, z), (z, y)):
-        gemm(dev, enc, src, src, small, p, p, n, ta=True, strides=(n * p, n * p, p * p), batch=batch, keep=keep,
-             cache=cache)
-        kc.dispatch(enc, _bind(kc, cache, {"small": small, "prm": prm}), batch)
-        kt.dispatch(enc, _bind(kt, cache, {"ya": src, "qa": dst, "small": small, "prm": prm}), -(-batch * n // 256))

@@ -1,7 +1,7 @@
 """Kron (PSGD) on the GPU: the momentum and the update in ``shaders/kron.wgsl``, the products with the triangular
-factors as batched GEMMs per shape (``rlx_gpu.linalg``), the triangular solves, norm lower bounds and balancing as
-``kron.wgsl`` kernels, all in the step's one compute pass; the default probes too (a caller's ``probe=`` runs on the
-host)."""
+factors as batched GEMMs per shape (``rlx_gpu.linalg``: the triangles' zeros skipped block by block), the triangular
+solves blocked (``rlx_gpu.linalg.factor``), the norm lower bounds and balancing as ``kron.wgsl`` kernels, all in the
+step's one compute pass; the default probes too (a caller's ``probe=`` runs on the host)."""
 from __future__ import annotations
 
 import math
@@ -9,10 +9,24 @@ import math
 import numpy as np
 
 from .. import linalg
+from ..linalg.factor import BLOCK, Mat, Rec, copy2d, trsm_right
+from ..linalg.half import FloatProducts, HalfProducts
 from ..reference import kron as ref
+from ..runtime.params import Params, declare
 from .matrix import MatrixOptimizer
 
 F32 = np.float32
+#: shaders/kron.wgsl's parameters, by name: a tensor piece's record (``mp``) and a run of matrices' (``kp``: each
+#: kernel reads the fields it needs).
+PIECE = Params("KronPiece", "count", "chunk_off", "work_off", "flags", "gm_word", "slot", "mom:f32", "omm:f32",
+               "bias:f32", "wd:f32", "neg_lr:f32", "key", "probe_off")
+RUN = Params("KronRun", "s", "count", "batch", "slot0", "what", "q0_off", "q1_off", "m", "n", "off", "plr:f32",
+             "word")
+declare("kron.wgsl", PIECE, RUN)
+
+
+def _run_words(**kw) -> np.ndarray:
+    return RUN.pack(**{**dict.fromkeys(RUN.names, 0), **kw})
 
 
 class Kron(MatrixOptimizer):
@@ -23,7 +37,8 @@ class Kron(MatrixOptimizer):
     A = Q_0 h Q_1^T, B = Q_0^-T V Q_1^-1 (V: the probe), and each factor moves by
     triu(precond_lr (t1 - t2)) / norm_lower_bound(t1 + t2) Q_i with (t1, t2) = (A A^T, B B^T) or (A^T A, B^T B);
     then P = Q_0^T Q_0 d Q_1^T Q_1, its RMS capped at 1.1, p += -lr P. The GEMMs are batched over each shape's
-    matrices; the triangular solves (a row a workgroup), the norm lower bounds (column passes, a thread a column) and balancing
+    matrices, those with a triangular factor in blocks that skip its zeros; the triangular solves are blocked (32
+    columns solved, the rest updated by GEMM); the norm lower bounds (column passes, a thread a column) and balancing
     are kernels of ``shaders/kron.wgsl``.
 
     Randomness (see :mod:`rlx_gpu.reference.kron`): ``probe(name, shape, step)`` supplies V (default: the
@@ -40,6 +55,8 @@ class Kron(MatrixOptimizer):
         pytorch_optimizer's schedule; a number or a callable of the step).  max_size_triangular (8192).
         momentum_into_precondition_update (True).  precond_lr (0.1).  precond_init_scale (1.0).
         balance_prob (0.01).  seed (0, a hyperparameter: saved).  probe (None, keyword only: not saved).
+        matmul_dtype ("float32" | "float16": the products' inputs in float16 with float32 sums, on the tensor-core
+        GEMM where the device has subgroup matrices, else gemm16; the triangular solves stay float32).
     State: step, momentum_buffer, Q_0, Q_1 (pytorch_optimizer's list Q).
     """
     spec = ref.Kron
@@ -62,7 +79,10 @@ class Kron(MatrixOptimizer):
             w["bound"], w["scale"] = self.device.buffer(4 * B, "Kron.bound"), self.device.buffer(4 * B, "Kron.scale")
 
     def _max_dispatches(self) -> int:
-        return 3 * self._pieces_count() + 48 * len(self._names) + 8
+        """Every piece's three kernels, and per shape the run's kernels and GEMMs (at most 8 a triangular product;
+        two a 32-column block of each triangular solve)."""
+        per = sum(64 + 4 * (-(-m // BLOCK) - (-n // BLOCK)) for m, n in self._groups)
+        return 3 * self._pieces_count() + per + 8
 
     # -- the step --------------------------------------------------------------------------------------------
     def _begin_checks(self, grads, check: bool):
@@ -85,8 +105,8 @@ class Kron(MatrixOptimizer):
         if check and self._plan is not None and self._plan[4]:
             k = self._k("kron_nonfinite")
             word = self.record.size * len(self._names) + self.record.global_word("nonfinite")
-            prm = linalg._prm(self.device, [word], "kron.nonfinite", None, self._cache)
-            k.dispatch(enc, k.cached_bind({"flag": self._hyper, "prm": prm}), 1)
+            prm = linalg._prm(self.device, _run_words(word=word), "kron.nonfinite", None, self._cache)
+            k.dispatch(enc, k.cached_bind({"flag": self._hyper, "kp": prm}), 1)
 
     def _encode(self, enc) -> None:
         keep = []
@@ -95,7 +115,7 @@ class Kron(MatrixOptimizer):
         gm_word = self._grad_mul_word()
         words = np.zeros((self._mp.size // 4,), np.uint32)
         runs = self._runs(self._settings)
-        for shape, run, (into, plr), rows in runs:
+        for shape, run, (into, plr, _), rows in runs:
             w = self._work[shape]
             for t in run:
                 g = self.param_groups[self._group_of[t]]
@@ -108,10 +128,10 @@ class Kron(MatrixOptimizer):
                 wd, lr = g["weight_decay"], g["lr"] * self._scale[t]
                 flags = (1 if wd and not g["weight_decouple"] else 0) | (0 if into else 2) | \
                     (4 if wd and g["weight_decouple"] else 0)
-                rows += self._piece_records(words, t, self._slot[t] * shape[0] * shape[1],
-                                            [flags, gm_word, self._slot[t]],
-                                            [g["momentum"], 1 - g["momentum"], 1 - g["momentum"] ** step, wd, -lr],
-                                            extra=lambda toff, key=key: (key, toff))
+                rows += self._piece_records(words, t, PIECE, self._slot[t] * shape[0] * shape[1], flags=flags,
+                                            gm_word=gm_word, slot=self._slot[t], mom=g["momentum"],
+                                            omm=1 - g["momentum"], bias=1 - g["momentum"] ** step, wd=wd, neg_lr=-lr,
+                                            key=key, probe_off=lambda toff: toff)
         self.device.queue.write_buffer(self._mp, 0, words)
         for shape, run, setting, rows in runs:
             self._encode_run(enc, shape, run, setting, rows, update, bal, keep)
@@ -119,7 +139,7 @@ class Kron(MatrixOptimizer):
 
     def _settings(self, t) -> tuple:
         g = self.param_groups[self._group_of[t]]
-        return (bool(g["momentum_into_precondition_update"]), float(g["precond_lr"]))
+        return (bool(g["momentum_into_precondition_update"]), float(g["precond_lr"]), g["matmul_dtype"] == "float16")
 
     def _first_step(self, t, g) -> None:
         """A tensor's first step starts its factors at sqrt(precond_init_scale) I (as the twin makes them)."""
@@ -131,54 +151,80 @@ class Kron(MatrixOptimizer):
     def _encode_run(self, enc, shape, run, setting, rows, update, bal, keep) -> None:
         dev, cache = self.device, self._cache
         (m, n), w = shape, self._work[shape]
-        into, plr = setting
+        into, plr, half = setting
         s0, B, mn = self._slot[run[0]], len(run), m * n
-        at, q0, q1 = s0 * mn, s0 * m * m, s0 * n * n
+        r = Rec(dev, enc, B, keep, cache)
 
-        def gemm(a, b, c, M, N, K, offs, strides, **kw):
-            linalg.gemm(dev, enc, w[a], w[b], w[c], M, N, K, offsets=offs, strides=strides, batch=B, keep=keep,
-                        cache=cache, **kw)
+        def mat(k, rows_, cols):  # buffer k's run of (rows_, cols) matrices (from the run's first slot)
+            return Mat(w[k], s0 * rows_ * cols, rows_ * cols, cols)
 
-        def run_k(entry, groups, words, **bufs):
+        def run_k(entry, groups, **bufs):
             k = self._k(entry)
-            prm = linalg._prm(dev, [int(x) for x in words], f"kron.{entry}", keep, cache)
-            k.dispatch(enc, k.cached_bind({**{b: w[v] for b, v in bufs.items()}, "prm": prm}), groups)
+            prm = linalg._prm(dev, _run_words(**bufs.pop("words")), f"kron.{entry}", keep, cache)
+            k.dispatch(enc, k.cached_bind({**{b: w[v] for b, v in bufs.items()}, "kp": prm}), groups)
 
+        q0, q1 = mat("Q_0", m, m), mat("Q_1", n, n)
+        pr = self._products(r, shape, s0) if half else FloatProducts(r)
         kmom, kapp, kpr = self._k("kron_momentum"), self._k("kron_apply"), self._k("kron_probe")
-        for (r, b, c, ln) in rows:
-            kmom.dispatch(enc, self._pbind(kmom, r, b, c, w), -(-ln // 256))
+        for (rr, b, c, ln) in rows:
+            kmom.dispatch(enc, self._pbind(kmom, rr, b, c, w), -(-ln // 256))
             if update and self.probe is None:
-                kpr.dispatch(enc, self._pbind(kpr, r, b, c, w), -(-ln // 256))
+                kpr.dispatch(enc, self._pbind(kpr, rr, b, c, w), -(-ln // 256))
         if bal:
-            run_k("kron_balance", B, [m, n, B, q0, q1], q="Q_0", sa="Q_1")
+            run_k("kron_balance", B, words=dict(m=m, n=n, batch=B, q0_off=q0.off, q1_off=q1.off), q="Q_0", sa="Q_1")
         if update:
-            h = "ds" if into else "hs"
-            gemm("Q_0", h, "ts", m, n, m, (q0, at, at), (m * m, mn, mn))  # A = Q_0 h Q_1^T
-            gemm("ts", "Q_1", "as", m, n, n, (at, q1, at), (mn, n * n, mn), tb=True)
-            # B = Q_0^-T V Q_1^-1: W = V^T Q_0^-1 (n x m, into ts), then W^T Q_1^-1 (into bs)
-            run_k("kron_trsm", B * n, [n, m, B, 1, at, q0, at, mn, m * m, mn], sx="vs", q="Q_0", sa="ts")
-            run_k("kron_trsm", B * m, [m, n, B, 1, at, q1, at, mn, n * n, mn], sx="ts", q="Q_1", sa="bs")
-            for side, s, qoff in (("Q_0", m, q0), ("Q_1", n, q1)):
-                ss, other = s * s, mn // s
+            pr.half("q0", q0, m, m)
+            pr.half("q1", q1, n, n)
+            pr.half("h", mat("ds" if into else "hs", m, n), m, n)
+            pr.mm("q0", "h", mat("ts", m, n), m, n, m, tri="a_upper")  # A = Q_0 h Q_1^T
+            pr.half("t", mat("ts", m, n), m, n)
+            pr.mm("t", "q1", mat("as", m, n), m, n, n, tb=True, tri="b_lower")
+            # B = Q_0^-T V Q_1^-1 (float32): W = V^T Q_0^-1 (n x m, in ts), then B = W^T Q_1^-1 (in bs); panels in Sa
+            copy2d(r, mat("ts", n, m), mat("vs", m, n), n, m, transpose=True)
+            trsm_right(r, mat("ts", n, m), q0, n, m, w["Sa"])
+            copy2d(r, mat("bs", m, n), mat("ts", n, m), m, n, transpose=True)
+            trsm_right(r, mat("bs", m, n), q1, m, n, w["Sa"])
+            pr.half("a", mat("as", m, n), m, n)
+            pr.half("b", mat("bs", m, n), m, n)
+            for side, sz in (("Q_0", m), ("Q_1", n)):
+                ss, other = sz * sz, mn // sz
+                sa, sb = Mat(w["Sa"], 0, ss, sz), Mat(w["Sb"], 0, ss, sz)
                 kw = dict(tb=True) if side == "Q_0" else dict(ta=True)
-                gemm("as", "as", "Sa", s, s, other, (at, at, 0), (mn, mn, ss), **kw)
-                gemm("bs", "bs", "Sb", s, s, other, (at, at, 0), (mn, mn, ss), **kw)
-                run_k("kron_terms", -(-B * ss // 256), [B * ss], sa="Sa", sb="Sb")
-                cols = B * -(-s // 256)  # norm_lower_bound(t1 + t2) into bound, in passes
+                pr.mm("a", "a", sa, sz, sz, other, **kw)  # A A^T and B B^T (side 0), A^T A and B^T B (side 1)
+                pr.mm("b", "b", sb, sz, sz, other, **kw)
+                run_k("kron_terms", -(-B * ss // 256), words=dict(count=B * ss), sa="Sa", sb="Sb")
+                cols = B * -(-sz // 256)  # norm_lower_bound(t1 + t2) into bound, in passes
                 for what in range(4):
-                    run_k("kron_nl_col", cols, [s, B, s0, what], sb="Sb", xv="xv", vals="nl")
-                    run_k("kron_nl_vec", B, [s, B, s0, what], xv="xv", vals="nl", q="bound")
-                run_k("kron_tri", -(-B * ss // 256), [s, B * ss, linalg._bits(plr), s0], sa="Sa", vals="bound")
-                gemm("Sa", side, "Sb", s, s, s, (0, qoff, 0), (ss, ss, ss))
-                run_k("kron_sub", -(-B * ss // 256), [B * ss, qoff], q=side, sb="Sb")
+                    nl = dict(s=sz, batch=B, slot0=s0, what=what)
+                    run_k("kron_nl_col", cols, words=nl, sb="Sb", xv="xv", vals="nl")
+                    run_k("kron_nl_vec", B, words=nl, xv="xv", vals="nl", q="bound")
+                run_k("kron_tri", -(-B * ss // 256), words=dict(s=sz, count=B * ss, plr=plr, slot0=s0), sa="Sa",
+                      vals="bound")
+                pr.half("T", sa, sz, sz)
+                pr.mm("T", "q0" if side == "Q_0" else "q1", sb, sz, sz, sz, tri="both_upper")  # T Q (its triangle)
+                run_k("kron_sub", -(-B * ss // 256), words=dict(count=B * ss, off=s0 * ss, s=sz), q=side, sb="Sb")
         # P = Q_0^T Q_0 d Q_1^T Q_1 (into as), its RMS cap, the update
-        gemm("Q_0", "ds", "ts", m, n, m, (q0, at, at), (m * m, mn, mn))
-        gemm("Q_0", "ts", "bs", m, n, m, (q0, at, at), (m * m, mn, mn), ta=True)
-        gemm("bs", "Q_1", "ts", m, n, n, (at, q1, at), (mn, n * n, mn), tb=True)
-        gemm("ts", "Q_1", "as", m, n, n, (at, q1, at), (mn, n * n, mn))
-        run_k("kron_rms", B, [mn, at, B, s0], sx="as", vals="scale")
-        for (r, b, c, ln) in rows:
-            kapp.dispatch(enc, self._pbind(kapp, r, b, c, w), -(-ln // 256))
+        pr.half("q0", q0, m, m)
+        pr.half("q1", q1, n, n)
+        pr.half("d", mat("ds", m, n), m, n)
+        pr.mm("q0", "d", mat("ts", m, n), m, n, m, tri="a_upper")
+        pr.half("t", mat("ts", m, n), m, n)
+        pr.mm("q0", "t", mat("bs", m, n), m, n, m, ta=True, tri="a_lower")
+        pr.half("t", mat("bs", m, n), m, n)
+        pr.mm("t", "q1", mat("ts", m, n), m, n, n, tb=True, tri="b_lower")
+        pr.half("t", mat("ts", m, n), m, n)
+        pr.mm("t", "q1", mat("as", m, n), m, n, n, tri="b_upper")
+        run_k("kron_rms", B, words=dict(count=mn, off=s0 * mn, batch=B, slot0=s0), sx="as", vals="scale")
+        for (rr, b, c, ln) in rows:
+            kapp.dispatch(enc, self._pbind(kapp, rr, b, c, w), -(-ln // 256))
+
+    def _products(self, r, shape, s0) -> HalfProducts:
+        """The float16 products of a run (matmul_dtype="float16"): float16 copies by name in the shape's buffers."""
+        m, n = shape
+        big = max(m, n) ** 2
+        h16 = self._halves(shape, dict(q0=m * m, q1=n * n, h=m * n, t=m * n, a=m * n, b=m * n, d=m * n, T=big,
+                                       scratch=max(big, m * n)), 8)
+        return HalfProducts(r, self._mm_path, h16, h16["scales"], s0)
 
     def _pbind(self, k, r, b, c, w):
         key = ("kron", k.entry, r, id(w["ds"]), id(b.states.get("momentum_buffer")))

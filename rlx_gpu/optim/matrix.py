@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import linalg
 from ..engine import Optimizer
+from ..linalg.half import Scales
 from ..runtime.kernels import shipped_kernel
 
 F32 = np.float32
@@ -45,6 +47,7 @@ class MatrixOptimizer(Optimizer):
         self._mp = dev.buffer(REC_BYTES * r, f"{name}.pieces")
         self._keep: list = []  # (this step's parameter buffers, until the next step)
         self._cache: dict = {}  # (rlx_gpu.linalg's work and parameter buffers, made once per setting)
+        self._check_f16()
 
     #: The subclass's shader file (``_k`` compiles its entry points).
     wgsl = ""
@@ -63,23 +66,56 @@ class MatrixOptimizer(Optimizer):
         """The word of the hyper buffer holding this step's grad factor (clip, loss scale)."""
         return len(self._names) * self.record.size + self.record.global_word("grad_mul")
 
-    def _piece_records(self, words, t, at: int, ints, floats=(), extra=None) -> list:
-        """Tensor ``t``'s piece records into ``words`` (REC_BYTES apart from its first): [count, offset in the chunk,
-        ``at`` + offset in the tensor, *ints, *floats (float32 bits), *extra(offset in the tensor)]; returns
-        (record, bucket, chunk, count) per piece, for the dispatches."""
+    def _piece_records(self, words, t, params, at: int, **values) -> list:
+        """Tensor ``t``'s piece records into ``words`` (REC_BYTES apart from its first), each ``rec`` (a
+        :class:`~rlx_gpu.runtime.params.Params` whose first fields are ``count``, ``chunk_off`` and ``work_off``: the
+        piece's length, its offset in its chunk, and ``at`` + its offset in the tensor) packed with ``values`` by
+        name (a callable value is called with the piece's offset in the tensor); returns (record, bucket, chunk,
+        count) per piece, for the dispatches."""
         b, i = self._where[t]
-        fl = np.array(floats, F32).view(np.uint32)
         rows = []
         for r, (c, off, ln, toff) in enumerate(b.layout.pieces[i], self._rec[t]):
-            rec = [ln, off, at + toff, *ints, *fl, *(extra(toff) if extra else ())]
+            named = {k: (v(toff) if callable(v) else v) for k, v in values.items()}
+            packed = params.pack(count=ln, chunk_off=off, work_off=at + toff, **named)
             w = r * REC_BYTES // 4
-            words[w:w + len(rec)] = rec
+            words[w:w + len(packed)] = packed
             rows.append((r, b, c, ln))
         return rows
 
     def _record_range(self, r: int) -> tuple:
         """Piece record ``r`` as a binding range of the records' buffer."""
         return (self._mp, r * REC_BYTES, REC_BYTES)
+
+    # -- matmul_dtype="float16" (SOAP, Kron, StiefelSGD): the products' inputs in float16 -------------------------
+    #: The float16 GEMM that runs (:func:`rlx_gpu.linalg.gemm_path`: "subgroup-matrix" or "tiled"; "emulated" where
+    #: set by hand), resolved when a group first asks for float16.
+    _mm_path: str | None = None
+
+    @property
+    def matmul_path(self) -> str:
+        """The GEMM this optimizer's products run on: "tiled" (float32's ``gemm.wgsl``, or float16's ``gemm16.wgsl``),
+        "subgroup-matrix" (float16 on the tensor cores) or "emulated" (that kernel written out, where set by hand).
+        SOAP's, Kron's and StiefelSGD's ``matmul_dtype`` products; Muon's ``ns_dtype`` GEMMs are not reported here."""
+        return self._mm_path or "tiled"
+
+    def _begin_checks(self, grads, check: bool):
+        self._check_f16()  # (a group may have switched to float16 since: refused before anything is recorded)
+        return super()._begin_checks(grads, check)
+
+    def _check_f16(self) -> None:
+        if any(g.get("matmul_dtype") == "float16" for g in self.param_groups):
+            linalg.f16_device(self.device, f"{type(self).__name__}(matmul_dtype='float16')")
+            self._mm_path = self._mm_path or linalg.gemm_path(np.float16, self.device)
+
+    def _halves(self, shape, sizes: dict, scale_slots: int) -> dict:
+        """Shape ``shape``'s float16 buffers (name -> elements a matrix; made on first use, kept) and its
+        :class:`~rlx_gpu.linalg.half.Scales` (``w16["scales"]``)."""
+        w = self._work[shape]
+        if "h16" not in w:
+            B, name = len(self._groups[shape]), type(self).__name__
+            w["h16"] = {k: self.device.buffer(2 * B * v + 4, f"{name}.{k}{shape}") for k, v in sizes.items()}
+            w["h16"]["scales"] = Scales.make(self.device, B, scale_slots, f"{name}.scales{shape}")
+        return w["h16"]
 
     def _check_matrices(self) -> None:
         """The subclass's shape checks (2-D tensors at least), before anything is grouped by shape."""

@@ -6,7 +6,13 @@ import numpy as np
 
 from .. import linalg
 from ..reference import muon as ref
+from ..runtime.params import Params, declare
 from .matrix import MatrixOptimizer
+
+#: shaders/muon.wgsl's record of a tensor piece (``mp``), by name.
+PIECE = Params("MuonPiece", "count", "chunk_off", "work_off", "nesterov", "gm_word", "omm:f32", "mom:f32",
+               "decay:f32", "neg_lr:f32")
+declare("muon.wgsl", PIECE)
 
 
 class Muon(MatrixOptimizer):
@@ -74,9 +80,9 @@ class Muon(MatrixOptimizer):
                     g = self.param_groups[self._group_of[t]]
                     lr = g["lr"] * self._scale[t]
                     adj = ref.adjusted_lr(lr, g["adjust_lr_fn"], shape)
-                    rows += self._piece_records(words, t, (base + slot) * shape[0] * shape[1],
-                                                [int(g["nesterov"]), gm_word],
-                                                [1 - g["momentum"], g["momentum"], 1 - lr * g["weight_decay"], -adj])
+                    rows += self._piece_records(words, t, PIECE, (base + slot) * shape[0] * shape[1],
+                                                nesterov=int(g["nesterov"]), gm_word=gm_word, omm=1 - g["momentum"],
+                                                mom=g["momentum"], decay=1 - lr * g["weight_decay"], neg_lr=-adj)
                 jobs.append((shape, base, len(members), steps, coeffs, eps, dt, rows))
                 base += len(members)
         dev.queue.write_buffer(self._mp, 0, words)

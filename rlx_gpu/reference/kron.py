@@ -31,7 +31,7 @@ import zlib
 import numpy as np
 
 from .base import F32
-from .matrix import MatrixTwin, matrices_only
+from .matrix import MatrixTwin, check_matmul_dtype, matrices_only
 
 TINY = F32(np.finfo(np.float32).tiny)  # (pytorch_optimizer's eps: torch.finfo(torch.bfloat16).tiny, the same number)
 SIDES = ("Q_0", "Q_1")
@@ -116,10 +116,13 @@ def balance(q0, q1) -> None:
 
 
 class Kron(MatrixTwin):
-    """Kron: PSGD with Kronecker-factored triangular preconditioners (pytorch_optimizer.Kron), 2-D tensors."""
+    """Kron: PSGD with Kronecker-factored triangular preconditioners (pytorch_optimizer.Kron), 2-D tensors.
+    Hyperparameters as ``rlx_gpu.Kron``'s (lr, momentum, weight_decay, weight_decouple, precond_update_prob,
+    max_size_triangular, momentum_into_precondition_update, precond_lr, precond_init_scale, balance_prob, seed,
+    matmul_dtype: float32 here whatever it says)."""
     defaults = dict(lr=1e-3, momentum=0.9, weight_decay=0.0, weight_decouple=True, precond_update_prob=None,
                     max_size_triangular=8192, momentum_into_precondition_update=True, precond_lr=0.1,
-                    precond_init_scale=1.0, balance_prob=0.01, seed=0)
+                    precond_init_scale=1.0, balance_prob=0.01, seed=0, matmul_dtype="float32")
     all_state_names = ("momentum_buffer", "Q_0", "Q_1")
     aux_states = SIDES
     extra_kwargs = ("probe",)
@@ -137,6 +140,7 @@ class Kron(MatrixTwin):
             raise ValueError(f"Kron: balance_prob must be in [0, 1], got {group['balance_prob']!r}")
         if not isinstance(group["seed"], (int, np.integer)) or isinstance(group["seed"], bool):
             raise ValueError(f"Kron: seed must be a non-negative int, got {group['seed']!r}")
+        check_matmul_dtype("Kron", group)
         if not isinstance(group["max_size_triangular"], int) or group["max_size_triangular"] < 2:
             raise ValueError(f"Kron: max_size_triangular must be an int >= 2, got {group['max_size_triangular']!r}")
 

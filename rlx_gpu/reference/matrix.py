@@ -13,6 +13,13 @@ def matrices_only(owner: str, algorithm: str, shapes: dict) -> None:
                              "(route the others to another optimizer, e.g. with rlx_gpu.Partition)")
 
 
+def check_matmul_dtype(owner: str, group: dict) -> None:
+    """ValueError unless the group's ``matmul_dtype`` is "float32" or "float16" (the twins compute in float32
+    whatever it says: they are the spec the GPU classes' float16 path is measured against)."""
+    if group["matmul_dtype"] not in ("float32", "float16"):
+        raise ValueError(f"{owner}: matmul_dtype must be 'float32' or 'float16', got {group['matmul_dtype']!r}")
+
+
 class MatrixTwin(ReferenceOptimizer):
     """A twin of 2-D float32 params: ``check_shapes`` (the class's; the GPU class asks the same) and the dtype."""
 

@@ -18,7 +18,8 @@ the decompositions in float64 on the host.
 2-D float32 tensors only (route others to AdamW with rlx_gpu.Partition); both sides are always preconditioned
 (pytorch_optimizer's ``max_precondition_dim``, ``merge_dims`` and ``precondition_1d`` are not offered: its defaults
 precondition both sides of every matrix up to 10,000 rows). The column signs of the Q_i are arbitrary (eigenvectors,
-QR) and cancel in the update; here R's diagonal is made positive.
+QR) and cancel in the update; here R's diagonal is made positive. The twin decomposes in float64 whatever
+``decompositions`` says (the GPU class's float32 device path is measured against it).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from .adam import lerp
 from .base import F32
-from .matrix import MatrixTwin
+from .matrix import MatrixTwin, check_matmul_dtype
 
 SIDES = (("GG_0", "Q_0"), ("GG_1", "Q_1"))
 
@@ -88,9 +89,13 @@ def needs_host(step: int, frequency: int) -> str | None:
 
 
 class SOAP(MatrixTwin):
-    """SOAP: Adam in the eigenbasis of Shampoo's preconditioners (pytorch_optimizer.SOAP's semantics), 2-D tensors."""
+    """SOAP: Adam in the eigenbasis of Shampoo's preconditioners (pytorch_optimizer.SOAP's semantics), 2-D tensors.
+    Hyperparameters as ``rlx_gpu.SOAP``'s (lr, betas, shampoo_beta, weight_decay, precondition_frequency,
+    correct_bias, normalize_gradient, eps; decompositions and matmul_dtype: float64 decompositions and float32
+    products here whatever they say)."""
     defaults = dict(lr=3e-3, betas=(0.95, 0.95), shampoo_beta=None, weight_decay=1e-2, precondition_frequency=10,
-                    correct_bias=True, normalize_gradient=False, eps=1e-8)
+                    correct_bias=True, normalize_gradient=False, eps=1e-8, decompositions="device",
+                    matmul_dtype="float32")
     all_state_names = ("exp_avg", "exp_avg_sq", "GG_0", "GG_1", "Q_0", "Q_1")
     aux_states = ("GG_0", "GG_1", "Q_0", "Q_1")  # (their own shapes, float32; the GPU class keeps them per shape)
 
@@ -104,6 +109,10 @@ class SOAP(MatrixTwin):
             raise ValueError(f"SOAP: precondition_frequency must be a positive int, got {f!r}")
         if not group["eps"] >= 0:
             raise ValueError(f"SOAP: eps must be >= 0, got {group['eps']!r}")
+        check_matmul_dtype("SOAP", group)
+        if group["decompositions"] not in ("device", "host"):
+            raise ValueError(f"SOAP: decompositions must be 'device' (float32 on the GPU) or 'host' (float64 on the "
+                             f"host), got {group['decompositions']!r}")
 
     @classmethod
     def state_shape(cls, state, shape):

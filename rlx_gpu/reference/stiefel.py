@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import F32, ReferenceOptimizer
+from .matrix import check_matmul_dtype
 
 MANIFOLDS = ("euclidean", "canonical")
 
@@ -53,8 +54,11 @@ def off_manifold(x: np.ndarray) -> float:
 
 
 class StiefelSGD(ReferenceOptimizer):
-    """Riemannian SGD with optional (Nesterov) momentum on the Stiefel manifold, as geoopt's RiemannianSGD."""
-    defaults = dict(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, manifold="euclidean")
+    """Riemannian SGD with optional (Nesterov) momentum on the Stiefel manifold, as geoopt's RiemannianSGD.
+    Hyperparameters as ``rlx_gpu.StiefelSGD``'s (lr, momentum, dampening, weight_decay, nesterov, manifold,
+    matmul_dtype: float32 here whatever it says)."""
+    defaults = dict(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, manifold="euclidean",
+                    matmul_dtype="float32")
     all_state_names = ("momentum_buffer",)
     #: How far from orthonormal a param may start (max |X^T X - I|).
     tolerance = 1e-4
@@ -64,6 +68,7 @@ class StiefelSGD(ReferenceOptimizer):
         if group["manifold"] not in MANIFOLDS:
             raise ValueError(f"StiefelSGD: manifold must be 'euclidean' (QR retraction) or 'canonical' (Cayley), "
                              f"got {group['manifold']!r}")
+        check_matmul_dtype("StiefelSGD", group)
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("StiefelSGD: Nesterov momentum requires a momentum and zero dampening")
 

@@ -1,0 +1,104 @@
+// Blocked Householder QR of batches of matrices (rlx_gpu/linalg/householder.py): the reflectors of a panel of at most
+// 32 columns here, one workgroup a matrix; their application to the columns after it, and the forming of Q, are GEMMs
+// (compact WY: H_j0 ... H_j1 = I - V T V^T, T upper triangular). LAPACK's dlarfg convention: for x = A[k:, k],
+// beta = -sign(x_0) |x| (sign(0) = +1), tau = (beta - x_0) / beta, v = x / (x_0 - beta) with v_0 = 1; x's tail all
+// zero: tau = 0 (H = I). A[k][k] = beta (R's diagonal), v's tail below it; V (unit diagonal, zeros above) also into
+// Vs for the GEMMs, T into its slot. Parameters by name (hp: HhParams, sp: SignParams; rlx_gpu/linalg/householder.py).
+//   hh_panel  the panel's reflectors, applied to the panel's own columns as they are made
+//   hh_sign   Q[:, j] *= sign(R_jj) (R's diagonal made positive; sign(0) = +1)
+
+@group(0) @binding(0) var<storage, read_write> X: array<f32>;
+@group(0) @binding(1) var<storage, read_write> V: array<f32>;
+@group(0) @binding(2) var<storage, read_write> Tb: array<f32>;
+@group(0) @binding(3) var<storage, read> hp: HhParams;
+@group(0) @binding(4) var<storage, read> R: array<f32>;
+@group(0) @binding(5) var<storage, read> sp: SignParams;
+
+// #include "matrix_common.wgsl"
+
+var<workgroup> tw: array<f32, 1024>;  // T, [row * 32 + column]
+var<workgroup> part: array<f32, 256>;
+var<workgroup> dots: array<f32, 32>;
+
+@compute @workgroup_size(256)
+fn hh_panel(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let z = wid.x + wid.y * nwg.x;
+    let live = z < hp.batch;
+    let zz = select(0u, z, live);
+    let b = hp.b; let ld = hp.lda; let n = hp.rows; let j0 = hp.j0;
+    let base = hp.a_off + zz * hp.a_bs;
+    let vb = hp.v_off + zz * hp.v_bs;
+    let cc = lid % 32u; let g = lid / 32u;  // (a column of the panel, one of 8 row groups)
+    for (var i = lid; i < 1024u; i += 256u) { tw[i] = 0.0; }
+    for (var kk = 0u; kk < b; kk++) {
+        let k = j0 + kk;
+        var s = 0.0;
+        for (var i = k + 1u + lid; i < n; i += 256u) { let x = X[base + i * ld + k]; s = s + x * x; }
+        let sigma = wg_sum(lid, s);
+        let alpha = X[base + k * ld + k];
+        var beta = alpha; var tau = 0.0; var scale = 0.0;
+        if (sigma > 0.0) {
+            let nrm = sqrt(alpha * alpha + sigma);
+            beta = select(nrm, -nrm, alpha >= 0.0);
+            tau = (beta - alpha) / beta;
+            scale = 1.0 / (alpha - beta);
+        }
+        storageBarrier();
+        if (live) {
+            if (lid == 0u) { X[base + k * ld + k] = beta; }
+            for (var i = k + 1u + lid; i < n; i += 256u) { X[base + i * ld + k] = X[base + i * ld + k] * scale; }
+        }
+        storageBarrier();
+        if (live) {
+            for (var i = j0 + lid; i < n; i += 256u) {
+                V[vb + i * hp.ldv + k] = select(select(X[base + i * ld + k], 1.0, i == k), 0.0, i < k);
+            }
+        }
+        var acc = 0.0;  // column j0 + cc: v^T A[k:, j] (cc > kk: to update it; cc < kk: V_j^T v, for T)
+        if (cc < b && cc != kk) {
+            for (var i = k + g; i < n; i += 8u) {
+                acc = acc + select(X[base + i * ld + k], 1.0, i == k) * X[base + i * ld + j0 + cc];
+            }
+        }
+        part[lid] = acc;
+        workgroupBarrier();
+        if (lid < 32u) {
+            var t = 0.0;
+            for (var q = 0u; q < 8u; q++) { t = t + part[q * 32u + lid]; }
+            dots[lid] = t;
+        }
+        workgroupBarrier();
+        if (live && cc > kk && cc < b) {
+            let f = tau * dots[cc];
+            for (var i = k + g; i < n; i += 8u) {
+                let v = select(X[base + i * ld + k], 1.0, i == k);
+                X[base + i * ld + j0 + cc] = X[base + i * ld + j0 + cc] - f * v;
+            }
+        }
+        if (lid < kk) {  // T[0:kk, kk] = -tau T[0:kk, 0:kk] (V^T v)
+            var t = 0.0;
+            for (var q = lid; q < kk; q++) { t = t + tw[lid * 32u + q] * dots[q]; }
+            tw[lid * 32u + kk] = -tau * t;
+        }
+        if (lid == 0u) { tw[kk * 32u + kk] = tau; }
+        storageBarrier();
+        workgroupBarrier();
+    }
+    if (live) {
+        for (var i = lid; i < b * b; i += 256u) { Tb[hp.t_off + zz * hp.t_bs + (i / b) * 32u + i % b] = tw[(i / b) * 32u + i % b]; }
+    }
+}
+
+@compute @workgroup_size(256)
+fn hh_sign(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    let per = sp.rows * sp.cols;
+    if (i >= per * sp.batch) { return; }
+    let z = i / per; let r = (i % per) / sp.cols; let c = i % sp.cols;
+    if (R[sp.r_off + z * sp.r_bs + c * sp.ldr + c] < 0.0) {
+        let o = sp.q_off + z * sp.q_bs + r * sp.ldq + c;
+        X[o] = -X[o];
+    }
+}
