@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
+from . import params as prm_decl
 from . import source as src
 
 __all__ = ["Kernel", "ComputePass", "get_kernel", "shipped_kernel", "grid"]
@@ -45,13 +46,13 @@ class Kernel:
     def cached_bind(self, buffers: dict):
         """:meth:`bind`, kept: the same buffers (and ranges) for this entry point's bindings give the same group, so
         work recorded every step makes its bind groups once (the entry holds the buffers: their ids stay theirs;
-        at most 256 groups are kept per kernel)."""
+        at most 4096 groups are kept per kernel: blocked factorisations bind a block's parameters per dispatch)."""
         norm = {n: buffers[n] if isinstance(buffers.get(n), tuple) else (buffers[n], 0, None)
                 for n in self.bindings if n in buffers}
         key = tuple((n, id(b), o, s) for n, (b, o, s) in norm.items())
         hit = self._groups.get(key)
         if hit is None:
-            if len(self._groups) >= 256:
+            if len(self._groups) >= 4096:
                 self._groups.clear()
             hit = self._groups[key] = (self.bind(buffers), [b for b, _, _ in norm.values()])
         return hit[0]
@@ -163,5 +164,8 @@ def get_kernel(device, label: str, code: str, entry: str, **constants) -> Kernel
 
 
 def shipped_kernel(device, shader: str, entry: str, **constants) -> Kernel:
-    """A kernel of a shipped shader file (``shaders/<shader>``, includes resolved)."""
-    return get_kernel(device, shader, src.load_source(shader), entry, **constants)
+    """A kernel of a shipped shader file (``shaders/<shader>``, includes resolved, then the parameter structs
+    declared for it: :func:`rlx_gpu.runtime.params.declare`; after the text, as directives come first)."""
+    tail = prm_decl.structs(shader)
+    code = src.load_source(shader)
+    return get_kernel(device, shader, f"{code}{tail}\n" if tail else code, entry, **constants)

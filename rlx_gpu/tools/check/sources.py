@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...core.lowp import BF16, F16, F32
+from ...runtime import params
 from ...runtime import source as src
 
 
@@ -119,6 +120,10 @@ def shipped() -> list:
                       ("cholqr.wgsl", {}), ("soap.wgsl", {}), ("kron.wgsl", {}), ("gemm16.wgsl", {}),
                       ("qat_kernels.wgsl", {"WG": 256, "EPT": 4})):
         code, origin = src.resolve(d / f)
+        tail = params.structs(f)  # (the parameter structs the runtime puts after the text: runtime/params.py)
+        if tail:
+            code = f"{code}{tail}\n"
+            origin = origin + [("<generated>", i + 1) for i in range(tail.count("\n") + 1)]
         out.append(Source(d / f, code, origin, src.entry_points(code), consts))
     return out
 
