@@ -108,10 +108,10 @@ def _markdown(text: str) -> str:
 
 
 def convergence() -> dict:
-    """tests/test_convergence.py's table: name -> (parabola options, tolerance, Rosenbrock options, tolerance)."""
-    tree = ast.parse((ROOT / "tests" / "test_convergence.py").read_text())
-    node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "TABLE")
-    return ast.literal_eval(node.value)
+    """tests/optimizer_db.py's convergence settings: name -> (parabola options, tolerance, Rosenbrock options,
+    tolerance), as tests/test_convergence.py runs them."""
+    import facts
+    return {r.name: (*r.parabola, *(r.rosenbrock or (None, None))) for r in facts.DB}
 
 
 def optimizer_page(name: str, facts: dict) -> str:

@@ -1,22 +1,23 @@
 """The GPU optimizers, each a declaration on the engine: its NumPy twin (``rlx_gpu.reference``), record fields
-and their fill, passes, and a WGSL update function in ``shaders/``."""
-from .adafactor import Adafactor
-from .adagrad import Adagrad
-from .adam import Adam, AdamW
-from .kron import Kron
-from .lamb import LAMB
-from .lion import Lion
-from .muon import Muon
-from .mars import Mars
-from .nadam import NAdamW
-from .qhadam import QHAdamW
-from .radam import RAdam
-from .rmsprop import RMSprop
-from .sgd import SGD
-from .soap import SOAP
-from .sophia import SophiaH
-from .sparse_adam import SparseAdam
-from .stiefel import StiefelSGD
+and their fill, passes, and a WGSL update function in ``shaders/``.
 
-__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH",
-           "Mars", "Adafactor", "SparseAdam", "Muon", "StiefelSGD", "SOAP", "Kron"]
+Every module of this package is imported and its declarations exported (a class with its own ``spec``): adding an
+optimizer is adding its module, with no list to extend here (``tests/test_layers.py`` checks the exports against the
+declarations in the source)."""
+import importlib as _importlib
+import pkgutil as _pkgutil
+
+
+def _declarations() -> dict:
+    """name -> class: the optimizers declared in this package's modules, by name."""
+    out = {}
+    for m in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        mod = _importlib.import_module(f"{__name__}.{m.name}")
+        out.update({n: c for n, c in vars(mod).items() if isinstance(c, type) and c.__module__ == mod.__name__
+                    and "spec" in vars(c) and not n.startswith("_")})
+    return dict(sorted(out.items()))
+
+
+_found = _declarations()
+globals().update(_found)
+__all__ = list(_found)
