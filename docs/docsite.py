@@ -194,7 +194,7 @@ def hardware_page() -> str:
              "(llvmpipe), except the blocks below, whose first line says what they need "
              f"(`# needs: ...`: {', '.join(HARDWARE)}).", "", "| page | needs | first line |", "|---|---|---|"]
     for p in pages():
-        for lang, code, need in blocks(p):
+        for _, code, need in blocks(p):
             if need:
                 body = [ln for ln in code.splitlines()[1:] if ln.strip()]
                 lines.append(f"| [{p.relative_to(DOCS)}]({p.relative_to(DOCS)}) | {need} | "

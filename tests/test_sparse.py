@@ -169,7 +169,7 @@ def test_from_torch_embedding(device):
     p0 = emb.weight.detach().numpy().copy()
     to = torch.optim.SparseAdam(emb.parameters(), lr=0.01)
     gpu = rlx_gpu.SparseAdam({"w": p0}, lr=0.01, device=device)
-    for s in range(5):
+    for _ in range(5):
         emb.zero_grad()
         emb(torch.tensor([[1, 2, 2, 7], [3, 1, 1, 1]])).pow(2).sum().backward()
         gpu.step({"w": rlx_gpu.RowSparse.from_torch(emb.weight.grad)})
