@@ -71,7 +71,7 @@ case "$what" in
           RLX_GPU_IMPLEMENTATION=dawn "$py" -m pytest -m gpu "$@" || rc=$?
         fi
         exit "$rc" ;;
-  docs) "$py" -c "import mkdocs_gen_files, mkdocstrings_handlers.python, material" 2>/dev/null \
+  docs) "$py" -c "import mkdocs_gen_files, mkdocs_literate_nav, mkdocstrings_handlers.python, material" 2>/dev/null \
           || "$py" -m pip install -q -e ".[docs]"
         NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true "$venv/bin/mkdocs" build --strict "$@"
         echo "run.sh: the site is in site/: open $(pwd)/site/index.html" ;;
