@@ -151,7 +151,20 @@ def torch_grad(owner: str, name: str, t):
     g = t.grad
     if g.is_sparse:
         return RowSparse.from_torch(g)
-    return numpy_view(owner, name, g, "grad of")
+    # (a non-contiguous grad made contiguous by torch, on all its threads: the upload needs one flat copy anyway)
+    return numpy_view(owner, name, g if g.is_contiguous() else g.contiguous(), "grad of")
+
+
+def dense_copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` for a strided ``dst`` (a transposed or channels-last tensor's storage): by torch, both
+    permuted so that ``dst`` is walked in memory order (torch's copy is threaded; NumPy's strided copyto is not)."""
+    torch = _torch()
+    if dst.dtype.kind not in "fc" or dst.dtype.itemsize not in (4, 8) or dst.ndim < 2:
+        np.copyto(dst, src)  # (16-bit dtypes by NumPy: torch has no ml_dtypes.bfloat16)
+        return
+    d, s = torch.from_numpy(dst), torch.from_numpy(np.ascontiguousarray(src).reshape(dst.shape))
+    perm = sorted(range(dst.ndim), key=lambda i: -dst.strides[i])
+    d.permute(perm).copy_(s.permute(perm))
 
 
 class TorchParams:
@@ -222,7 +235,7 @@ class TorchParams:
             self.read_params(out=direct)
         strided = [n for n in names if n not in direct]
         for n, a in (self.read_params(strided) if strided else {}).items():
-            np.copyto(views[n], a)
+            dense_copy(views[n], a)
         bump = getattr(_torch().autograd.graph, "increment_version", None)
         for n in names:
             t = self._torch[n]
