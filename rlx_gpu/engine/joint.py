@@ -96,11 +96,12 @@ class StepGroup:
     def _record_combine(self, enc, members, clip) -> None:
         """The dispatch that makes the members' norms and inf/NaN flags global (into every member's record)."""
         rec = members[0].record
-        prm = COMBINE.pack(parts=len(members), with_norm=int(clip is not None), max_norm=clip or 0.0,
-                           **{w: rec.global_word(w) for w in ("grad_mul", "total_norm", "nonfinite", "inv_scale")},
-                           base=[o.record.size * len(o._names) for o in members])
-        if self._prm is None or self._prm[1] != prm.tobytes():
-            self._prm = (self.device.buffer(prm.nbytes, "StepGroup.prm", data=prm), prm.tobytes())
+        key = (rec, clip, tuple(o.record.size * len(o._names) for o in members))
+        if self._prm is None or self._prm[1] != key:  # (packed again only when the members or the clip change)
+            prm = COMBINE.pack(parts=len(members), with_norm=int(clip is not None), max_norm=clip or 0.0,
+                               **{w: rec.global_word(w) for w in ("grad_mul", "total_norm", "nonfinite", "inv_scale")},
+                               base=list(key[2]))
+            self._prm = (self.device.buffer(prm.nbytes, "StepGroup.prm", data=prm), key)
         hyp = [o._hyper for o in members] + self._dummies[len(members):]
         key = tuple(id(h) for h in hyp) + (id(self._prm[0]),)
         if self._bind is None or self._bind[0] != key:

@@ -20,6 +20,8 @@ STEP = ("negate", "rate", "eps", "omb1", "omb2")
 SPARSE_META = Params("SparseMeta", *PIECE, "negate", "rate:f32", "eps:f32", "omb1:f32", "omb2:f32", tail="idx")
 declare("sparse.wgsl", SPARSE_META)
 H = len(SPARSE_META.fields)  # the words before the rows
+_SCALARS = dict.fromkeys(STEP[1:])  # (the f32 fields after negate, in order)
+assert SPARSE_META.fields[len(PIECE):] == (("negate", "u32"),) + tuple((n, "f32") for n in _SCALARS)
 
 
 class SparseMixin:
@@ -161,9 +163,14 @@ class SparseMixin:
 
 def step_words(group: dict, scalars: dict) -> np.ndarray:
     """The STEP fields' words of SPARSE_META (those after PIECE): negate (maximize) and the twin's scalars by name
-    (a name the optimizer's kind does not use is 0)."""
-    step = dict(dict.fromkeys(STEP[1:], 0.0), negate=int(bool(group.get("maximize", False))), **scalars)
-    return SPARSE_META.pack(**dict.fromkeys(PIECE, 0), **step, idx=())[len(PIECE):]
+    (a name the optimizer's kind does not use is 0). Written for every sparse step, so packed directly in the
+    declaration's order rather than through ``Params.pack`` (tests/test_sparse.py checks that both agree)."""
+    if not scalars.keys() <= _SCALARS.keys():
+        raise KeyError(f"SparseMeta: unknown scalars {sorted(scalars.keys() - _SCALARS.keys())}")
+    out = np.empty(len(STEP), np.uint32)
+    out[0] = bool(group.get("maximize", False))
+    out[1:] = np.array([scalars.get(n, 0.0) for n in _SCALARS], np.float32).view(np.uint32)
+    return out
 
 
 class DeviceRowSparse(RowSparse):
