@@ -7,13 +7,14 @@
 #                          finds an adapter (on Debian 12 as root: after installing Mesa 25 from
 #                          bookworm-backports; elsewhere the reason is printed and Dawn is skipped)
 #   ./run.sh docs [args]   builds the documentation site into site/ (mkdocs, warnings are errors; args to mkdocs)
+#   ./run.sh lint [args]   ruff check over the repository (the rules: pyproject.toml's [tool.ruff]; args to ruff)
 # Each creates .venv (or $RLX_GPU_VENV) with the package installed, and where no Vulkan driver is
 # present on Debian/Ubuntu and we are root, installs the CPU one (mesa-vulkan-drivers: llvmpipe).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 what=${1:-}
 [ $# -gt 0 ] && shift
-case "$what" in demo|test|docs) ;; *) echo "usage: ./run.sh demo|test|docs [args...]" >&2; exit 2 ;; esac
+case "$what" in demo|test|docs|lint) ;; *) echo "usage: ./run.sh demo|test|docs|lint [args...]" >&2; exit 2 ;; esac
 
 have_icd() { compgen -G "/usr/share/vulkan/icd.d/*.json" >/dev/null || compgen -G "/etc/vulkan/icd.d/*.json" >/dev/null; }
 if [ "$(uname -s)" = Linux ] && ! have_icd; then
@@ -70,8 +71,10 @@ case "$what" in
           RLX_GPU_IMPLEMENTATION=dawn "$py" -m pytest -m gpu "$@" || rc=$?
         fi
         exit "$rc" ;;
-  docs) "$py" -c "import mkdocs_gen_files, mkdocstrings_handlers.python, material" 2>/dev/null \
+  docs) "$py" -c "import mkdocs_gen_files, mkdocs_literate_nav, mkdocstrings_handlers.python, material" 2>/dev/null \
           || "$py" -m pip install -q -e ".[docs]"
         NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true "$venv/bin/mkdocs" build --strict "$@"
         echo "run.sh: the site is in site/: open $(pwd)/site/index.html" ;;
+  lint) "$py" -c "import ruff" 2>/dev/null || "$py" -m pip install -q -e ".[check]"
+        exec "$py" -m ruff check . "$@" ;;
 esac

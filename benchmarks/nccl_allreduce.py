@@ -16,7 +16,7 @@ out = {}
 for n in map(int, sys.argv[1:]):
     x = torch.ones(n, device="cuda")
     ts = []
-    for i in range(7):
+    for _ in range(7):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         a.record()

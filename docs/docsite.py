@@ -1,6 +1,7 @@
 """What docs/gen_pages.py writes into the site, as plain functions (tests/test_docs_site.py checks them without
 mkdocs): the API reference (every public name), one page per optimizer from its declaration and twin, the shared
-options, the list of code blocks that need hardware CI lacks, and the fenced code blocks of every page."""
+options, the list of code blocks that need hardware CI lacks, the architecture page (the README's sections), and the
+fenced code blocks of every page."""
 from __future__ import annotations
 
 import ast
@@ -108,10 +109,10 @@ def _markdown(text: str) -> str:
 
 
 def convergence() -> dict:
-    """tests/test_convergence.py's table: name -> (parabola options, tolerance, Rosenbrock options, tolerance)."""
-    tree = ast.parse((ROOT / "tests" / "test_convergence.py").read_text())
-    node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "TABLE")
-    return ast.literal_eval(node.value)
+    """tests/optimizer_db.py's convergence settings: name -> (parabola options, tolerance, Rosenbrock options,
+    tolerance), as tests/test_convergence.py runs them."""
+    import facts
+    return {r.name: (*r.parabola, *(r.rosenbrock or (None, None))) for r in facts.DB}
 
 
 def optimizer_page(name: str, facts: dict) -> str:
@@ -162,6 +163,13 @@ def optimizer_index(facts: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def optimizer_nav() -> str:
+    """The Optimizers section of the site's nav (literate-nav's SUMMARY.md): the index, the shared options, then a
+    page per optimizer in ``rlx_gpu.__all__``'s order, so a new optimizer needs no line in mkdocs.yml."""
+    lines = ["- [Optimizers](index.md)", "- [Shared options](options.md)"]
+    return "\n".join(lines + [f"- [{n}]({n}.md)" for n in optimizers()]) + "\n"
+
+
 def options_page() -> str:
     from rlx_gpu.core.options import OPTIONS
     lines = ["# Options every optimizer takes", "", "Keyword-only, declared once (`rlx_gpu/core/options.py`), listed "
@@ -170,6 +178,20 @@ def options_page() -> str:
     lines += [f"| `{o.name}` | `{o.default!r}` | {plain(o.doc)}{' (GPU classes only)' if o.gpu_only else ''} |"
               for o in OPTIONS]
     return "\n".join(lines) + "\n"
+
+
+def readme_section(title: str) -> str:
+    """The README's section ``## title``, without its heading."""
+    text = (ROOT / "README.md").read_text()
+    body = text.split(f"\n## {title}\n", 1)[1]
+    return body.split("\n## ", 1)[0].strip("\n") + "\n"
+
+
+def architecture_page() -> str:
+    """The README's "Architecture" and "Tests and tolerances" sections as one page (links made the site's)."""
+    parts = ["# Architecture and tests", "", "## Layers and pieces", "",
+             readme_section("Architecture"), "## Tests and tolerances", "", readme_section("Tests and tolerances")]
+    return "\n".join(parts).replace("](CONTRIBUTING.md)", "](contributing.md)")
 
 
 def pages() -> list:
@@ -194,7 +216,7 @@ def hardware_page() -> str:
              "(llvmpipe), except the blocks below, whose first line says what they need "
              f"(`# needs: ...`: {', '.join(HARDWARE)}).", "", "| page | needs | first line |", "|---|---|---|"]
     for p in pages():
-        for lang, code, need in blocks(p):
+        for _, code, need in blocks(p):
             if need:
                 body = [ln for ln in code.splitlines()[1:] if ln.strip()]
                 lines.append(f"| [{p.relative_to(DOCS)}]({p.relative_to(DOCS)}) | {need} | "

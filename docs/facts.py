@@ -1,7 +1,12 @@
 """What the optimizer pages say beyond the docstrings: the paper, the implementation whose semantics we follow, and
 the measured agreement with the test that holds each figure. tests/test_docs_site.py checks every row: the test
 exists and ``literal`` (the tolerance as written) is in its source, or in ``where``. The parabola and Rosenbrock
-rows come from tests/test_convergence.py's table itself (docs/gen_pages.py reads it)."""
+rows come from tests/optimizer_db.py's rows, as the elementwise optimizers' paper, peer and oracle do."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from optimizer_db import DB  # noqa: E402
 
 
 def row(what, tol, test, literal, where=None):
@@ -26,38 +31,24 @@ def torch_row(name):
 FORMULA = row("the twin against a float64 transcription of the rule over 15 steps", "rtol 1e-5, atol 1e-6",
               "tests/test_reference.py::test_twin_matches_float64_formula", "rtol=1e-5, atol=1e-6")
 
-OPTIMIZERS = {
-    "Adam": ("Kingma & Ba 2014, [Adam: A Method for Stochastic Optimization](https://arxiv.org/abs/1412.6980)",
-             "`torch.optim.Adam`", [PARITY, torch_row("Adam")]),
-    "AdamW": ("Loshchilov & Hutter 2019, [Decoupled Weight Decay Regularization](https://arxiv.org/abs/1711.05101)",
-              "`torch.optim.AdamW`", [PARITY, torch_row("AdamW")]),
-    "SGD": ("Robbins & Monro 1951; momentum as Sutskever et al. 2013", "`torch.optim.SGD`",
-            [PARITY, torch_row("SGD")]),
-    "RMSprop": ("Hinton, lecture 6e of *Neural Networks for Machine Learning* (2012)", "`torch.optim.RMSprop`",
-                [PARITY, torch_row("RMSprop")]),
-    "Adagrad": ("Duchi et al. 2011, *Adaptive Subgradient Methods*", "`torch.optim.Adagrad`",
-                [PARITY, torch_row("Adagrad")]),
-    "LAMB": ("You et al. 2020, [Large Batch Optimization for Deep Learning](https://arxiv.org/abs/1904.00962)",
-             "apex's `FusedLAMB`",
-             [PARITY, row("the twin against hand-worked values of the trust ratio for one step", "rtol 2e-6",
-                          "tests/test_reference.py::test_lamb_trust_ratio", "rtol=2e-6")]),
-    "NAdamW": ("Dozat 2016, *Incorporating Nesterov Momentum into Adam*; decoupled decay as AdamW",
-               "`torch.optim.NAdam(decoupled_weight_decay=True)`", [PARITY, torch_row("NAdam")]),
-    "RAdam": ("Liu et al. 2020, [On the Variance of the Adaptive Learning Rate and Beyond]"
-              "(https://arxiv.org/abs/1908.03265)", "`torch.optim.RAdam`", [PARITY, torch_row("RAdam")]),
-    "QHAdamW": ("Ma & Yarats 2019, [Quasi-hyperbolic momentum and Adam](https://arxiv.org/abs/1810.06801)",
-                "facebookresearch/qhoptim's `QHAdamW`", [PARITY, FORMULA]),
-    "Lion": ("Chen et al. 2023, [Symbolic Discovery of Optimization Algorithms](https://arxiv.org/abs/2302.06675)",
-             "lion-pytorch", [PARITY, FORMULA]),
-    "Mars": ("Yuan et al. 2024, [MARS: Unleashing the Power of Variance Reduction](https://arxiv.org/abs/2411.10438)",
-             "AGI-Arena/MARS's MARS-AdamW (approximate variant)", [PARITY, FORMULA]),
-    "Adafactor": ("Shazeer & Stern 2018, [Adafactor](https://arxiv.org/abs/1804.04235)",
-                  "`torch.optim.Adafactor` (torch ≥ 2.5)", [PARITY, torch_row("Adafactor")]),
-    "SophiaH": ("Liu et al. 2023, [Sophia](https://arxiv.org/abs/2305.14342), with a Hutchinson estimate passed "
-                "every k steps", "the paper's rule (`opt.update_hessian`)",
-                [PARITY, row("the twin against a float64 transcription over 15 steps with three Hessian updates",
-                             "rtol 1e-5, atol 1e-6", "tests/test_reference.py::test_sophia_twin_matches_float64_formula",
-                             "rtol=1e-5, atol=1e-6")]),
+# What the elementwise optimizers' twins are checked against beyond the GPU (tests/optimizer_db.py's ``oracle``).
+ORACLES = {
+    "formula": FORMULA,
+    "lamb": row("the twin against hand-worked values of the trust ratio for one step", "rtol 2e-6",
+                "tests/test_reference.py::test_lamb_trust_ratio", "rtol=2e-6"),
+    "sophia": row("the twin against a float64 transcription over 15 steps with three Hessian updates",
+                  "rtol 1e-5, atol 1e-6", "tests/test_reference.py::test_sophia_twin_matches_float64_formula",
+                  "rtol=1e-5, atol=1e-6"),
+}
+
+
+def oracle_row(oracle: str) -> dict:
+    return torch_row(oracle[len("torch:"):]) if oracle.startswith("torch:") else ORACLES[oracle]
+
+
+# The elementwise optimizers from their test rows (paper, peer, oracle), then the others'.
+OPTIMIZERS = {r.name: (r.paper, r.peer, [PARITY, oracle_row(r.oracle)]) for r in DB}
+OPTIMIZERS.update({
     "SparseAdam": ("Kingma & Ba 2014, lazily on the touched rows", "`torch.optim.SparseAdam`",
                    [row("the twin against `torch.optim.SparseAdam` over 20 steps with repeated rows", "rtol 2e-6",
                         "tests/test_sparse.py::test_against_torch_and_twin", "(2e-6, 1e-7)", "tests/test_sparse.py"),
@@ -107,4 +98,4 @@ OPTIMIZERS = {
                   "tests/test_kron.py"),
               row("GPU against the twin every step, update probability 0.5", "1e-6 absolute",
                   "tests/test_kron.py::test_gpu_equals_twin", "atol=1e-6")]),
-}
+})

@@ -19,17 +19,17 @@ from .addons.clip import clip_grad_norm, global_grad_clip_scale, l2_norm
 from .engine import Optimizer
 from .addons.interop import from_torch_state_dict, to_torch_state_dict
 from .core.sparse import RowSparse
-from .optim import (LAMB, SGD, Adafactor, Adagrad, Adam, AdamW, Lion, Mars, NAdamW, QHAdamW, RAdam, RMSprop,
-                    SophiaH)
-from .optim import SOAP, Kron, Muon, SparseAdam, StiefelSGD
+from . import optim as _optim
 from .runtime import Device, DeviceLostError, DeviceTensor, NoAdapterError, Program, adapters, get_device
 from .runtime.implementation import implementation, set_implementation
 
 __version__ = "0.2.0"
-__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH", "Mars",
-           "Adafactor", "SparseAdam", "Muon", "StiefelSGD", "SOAP", "Kron", "Partition", "RowSparse", "Optimizer", "DeviceTensor", "clip_grad_norm",
-           "global_grad_clip_scale", "l2_norm", "GradScaler", "Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device", "reference", "linalg",
-           "to_torch_state_dict", "from_torch_state_dict", "Program", "set_implementation", "implementation"]
+globals().update({_n: getattr(_optim, _n) for _n in _optim.__all__})
+# the optimizers (derived: every declaration in rlx_gpu.optim), then the rest of the public surface
+__all__ = list(_optim.__all__) + [
+    "Partition", "RowSparse", "Optimizer", "DeviceTensor", "clip_grad_norm", "global_grad_clip_scale", "l2_norm",
+    "GradScaler", "Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device", "reference", "linalg",
+    "to_torch_state_dict", "from_torch_state_dict", "Program", "set_implementation", "implementation"]
 
 
 def __getattr__(name):

@@ -3,17 +3,18 @@
 // unscaled by its loss scale) and its inf/NaN flag; this single thread makes them global in every part's record:
 //   total = sqrt(sum of total_k^2);  c = min(max_norm / (total + 1e-6), 1) (NaN kept);  grad_mul_k = c * inv_scale_k
 //   nonfinite_k = OR of every part's flag
-// prm: [parts, with the norm (1/0), max_norm bits, grad_mul word, total_norm word, nonfinite word, inv_scale word,
-//       -, then each part's global record base word].
+// prm: a CombineParams (declared in rlx_gpu/engine/joint.py, whose struct the runtime appends to this text): parts,
+// with_norm (1/0), max_norm, the global record's words grad_mul, total_norm, nonfinite and inv_scale, then base:
+// each part's global record's first word.
 
 @group(0) @binding(0) var<storage, read_write> h0: array<u32>;
 @group(0) @binding(1) var<storage, read_write> h1: array<u32>;
 @group(0) @binding(2) var<storage, read_write> h2: array<u32>;
 @group(0) @binding(3) var<storage, read_write> h3: array<u32>;
-@group(0) @binding(4) var<storage, read> prm: array<u32>;
+@group(0) @binding(4) var<storage, read> prm: CombineParams;
 
 fn rd(k: u32, w: u32) -> u32 {
-    let i = prm[8u + k] + w;
+    let i = prm.base[k] + w;
     if (k == 0u) { return h0[i]; }
     if (k == 1u) { return h1[i]; }
     if (k == 2u) { return h2[i]; }
@@ -21,7 +22,7 @@ fn rd(k: u32, w: u32) -> u32 {
 }
 
 fn wr(k: u32, w: u32, v: u32) {
-    let i = prm[8u + k] + w;
+    let i = prm.base[k] + w;
     if (k == 0u) { h0[i] = v; } else if (k == 1u) { h1[i] = v; } else if (k == 2u) { h2[i] = v; } else { h3[i] = v; }
 }
 
@@ -29,22 +30,22 @@ fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u
 
 @compute @workgroup_size(1)
 fn combine() {
-    let parts = prm[0];
+    let parts = prm.parts;
     var sq = 0.0;
     var bad = 0u;
     for (var k = 0u; k < parts; k++) {
-        let t = bitcast<f32>(rd(k, prm[4]));
+        let t = bitcast<f32>(rd(k, prm.total_norm));
         sq = sq + t * t;
-        bad = bad | rd(k, prm[5]);
+        bad = bad | rd(k, prm.nonfinite);
     }
     let total = sqrt(sq);
-    let q = bitcast<f32>(prm[2]) / (total + 1e-6);
+    let q = prm.max_norm / (total + 1e-6);
     let c = select(min(q, 1.0), q, is_nan(q));
     for (var k = 0u; k < parts; k++) {
-        wr(k, prm[5], bad);
-        if (prm[1] != 0u) {
-            wr(k, prm[3], bitcast<u32>(c * bitcast<f32>(rd(k, prm[6]))));
-            wr(k, prm[4], bitcast<u32>(total));
+        wr(k, prm.nonfinite, bad);
+        if (prm.with_norm != 0u) {
+            wr(k, prm.grad_mul, bitcast<u32>(c * bitcast<f32>(rd(k, prm.inv_scale))));
+            wr(k, prm.total_norm, bitcast<u32>(total));
         }
     }
 }

@@ -1,8 +1,9 @@
 // The kernels of rlx_gpu.qat over float32 tensors: fake quantization (affine per tensor or per channel, fp8), its
 // straight-through and LSQ gradients, and the min/max observers. The functions are qat.wgsl's.
-//   args: n (elements), channels C, inner (elements per channel run: channel of element e = (e / inner) % C),
-//         flags, qmin, qmax (f32 bits), grad_factor (f32 bits), averaging constant (f32 bits), eps (f32 bits),
-//         observer kind (symmetric, unsigned zero point), zero point of a symmetric scheme
+//   args: a QatArgs (declared in rlx_gpu/addons/qat/kernels.py; the runtime appends its struct): n (elements),
+//         channels C, inner (elements per channel run: channel of element e = (e / inner) % C), flags (PER_CHANNEL,
+//         E5M2, SATURATE, MOVING, SYMMETRIC), qmin, qmax, grad_factor, averaging (constant), eps, sym_zp (the zero
+//         point of a symmetric scheme)
 //   qp:   per channel (scale, 1/scale, zero point, 0)
 // #include "qat.wgsl"
 
@@ -15,7 +16,7 @@ const SATURATE: u32 = 4u;
 const MOVING: u32 = 8u;
 const SYMMETRIC: u32 = 16u;
 
-@group(0) @binding(0) var<storage, read> args: array<u32>;
+@group(0) @binding(0) var<storage, read> args: QatArgs;
 @group(0) @binding(1) var<storage, read_write> qp: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> xin: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> yout: array<vec4<f32>>;
@@ -24,20 +25,19 @@ const SYMMETRIC: u32 = 16u;
 @group(0) @binding(6) var<storage, read_write> mm: array<atomic<u32>>;   // per channel: ordered min, max bits
 @group(0) @binding(7) var<storage, read_write> obs: array<vec2<f32>>;    // per channel: observed (min, max)
 
-fn n_elems() -> u32 { return args[0]; }
-fn flag(f: u32) -> bool { return (args[3] & f) != 0u; }
-fn argf(i: u32) -> f32 { return bitcast<f32>(args[i]); }
-fn chan(e: u32) -> u32 { return (e / args[2]) % args[1]; }
+fn n_elems() -> u32 { return args.n; }
+fn flag(f: u32) -> bool { return (args.flags & f) != 0u; }
+fn chan(e: u32) -> u32 { return (e / args.inner) % args.channels; }
 fn base(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 { return (wid.x + wid.y * nwg.x) * WG * EPT + lid; }
 
 // One element through the affine fake quantizer; `mask` for the straight-through gradient.
 fn fq1(v: f32, e: u32) -> f32 {
     let p = qp[chan(e)];
-    return fake_quant(v, p.x, p.y, p.z, argf(4u), argf(5u), flag(PER_CHANNEL));
+    return fake_quant(v, p.x, p.y, p.z, args.qmin, args.qmax, flag(PER_CHANNEL));
 }
 fn mask1(v: f32, e: u32) -> bool {
     let p = qp[chan(e)];
-    return fq_mask(v, p.y, p.z, argf(4u), argf(5u), flag(PER_CHANNEL));
+    return fq_mask(v, p.y, p.z, args.qmin, args.qmax, flag(PER_CHANNEL));
 }
 
 @compute @workgroup_size(WG)
@@ -70,7 +70,7 @@ fn fq_fp8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 @compute @workgroup_size(WG)
 fn ste(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
        @builtin(local_invocation_index) lid: u32) {
-    let fp8 = argf(4u) > argf(5u);
+    let fp8 = args.qmin > args.qmax;
     for (var k = 0u; k < EPT; k++) {
         let i = base(wid, nwg, lid) + k * WG;
         if (4u * i >= n_elems()) { return; }
@@ -93,9 +93,9 @@ fn ste(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 var<workgroup> red: array<vec2<f32>, WG>;
 fn lsq1(xv: f32, g: f32) -> vec3<f32> {  // (dx, dscale, dzero_point) of one element
     let p = qp[0];
-    let qmin = argf(4u);
-    let qmax = argf(5u);
-    let gf = argf(6u);
+    let qmin = args.qmin;
+    let qmax = args.qmax;
+    let gf = args.grad_factor;
     let qf = round(p.z + xv * p.y);
     let bad = fq_bad(qf, true);
     let lo = bad || qf < qmin;
@@ -137,9 +137,9 @@ fn lsq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (lid == 0u) { part[wid.x + wid.y * nwg.x] = red[0]; }
 }
 @compute @workgroup_size(WG)
-fn lsq_sum(@builtin(local_invocation_index) lid: u32) {  // one workgroup: part[0] = the sum of args[0] partials
+fn lsq_sum(@builtin(local_invocation_index) lid: u32) {  // one workgroup: part[0] = the sum of args.n partials
     var acc = vec2<f32>(0.0);
-    for (var j = lid; j < args[0]; j = j + WG) { acc = acc + part[j]; }
+    for (var j = lid; j < args.n; j = j + WG) { acc = acc + part[j]; }
     red[lid] = acc;
     for (var s = WG / 2u; s > 0u; s = s / 2u) {
         workgroupBarrier();
@@ -185,7 +185,7 @@ fn obs_minmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 @compute @workgroup_size(WG)
 fn obs_update(@builtin(global_invocation_id) gid: vec3<u32>) {
     let c = gid.x;
-    if (c >= args[1]) { return; }
+    if (c >= args.channels) { return; }
     let a = atomicLoad(&mm[2u * c]);
     let b = atomicLoad(&mm[2u * c + 1u]);
     atomicStore(&mm[2u * c], 0u);
@@ -198,7 +198,7 @@ fn obs_update(@builtin(global_invocation_id) gid: vec3<u32>) {
         if (first) {
             cur = vec2<f32>(mn, mx);
         } else if (flag(MOVING)) {
-            let k = argf(7u);
+            let k = args.averaging;
             cur = vec2<f32>(cur.x + k * (mn - cur.x), cur.y + k * (mx - cur.y));
         } else {
             cur = vec2<f32>(select(min(mn, cur.x), nan_of(mn, cur.x), fq_isnan(mn) || fq_isnan(cur.x)),
@@ -206,9 +206,9 @@ fn obs_update(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         obs[c] = cur;
     }
-    let qmin = argf(4u);
-    let qmax = argf(5u);
-    let eps = argf(8u);
+    let qmin = args.qmin;
+    let qmax = args.qmax;
+    let eps = args.eps;
     if (bitcast<u32>(cur.x) == 0x7f800000u && bitcast<u32>(cur.y) == 0xff800000u) {
         qp[c] = vec4<f32>(1.0, 1.0, 0.0, 0.0);  // nothing observed yet (torch: scale 1, zero point 0)
         return;
@@ -220,7 +220,7 @@ fn obs_update(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (flag(SYMMETRIC)) {
         let amax = select(max(-mn, mx), nan_of(mn, mx), fq_isnan(mn) || fq_isnan(mx));
         scale = fq_div(amax, (qmax - qmin) / 2.0);
-        zp = argf(9u);
+        zp = args.sym_zp;
     } else {
         scale = fq_div(mx - mn, qmax - qmin);
         zp = 0.0;

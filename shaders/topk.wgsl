@@ -8,7 +8,8 @@
 // BLOCK = 4096 elements = 256 threads x 4 vec4. sel: 8 words per tensor: [threshold prefix, still needed, k, flat
 // offset of the tensor, output base, first block, block count, -]. hist: 2048 bins per tensor, then a flag word
 // (set when acc holds inf/NaN). cnt: 2 words per block. outp: K indices, then K value bits.
-// prm: [pass, blocks in this dispatch, K, tensors, inv_scale bits, -, ...].
+// prm: a TopkParams (declared in rlx_gpu/addons/distributed/compression.py; the runtime appends its struct): the
+// radix pass, the blocks in this dispatch, K, the tensors, inv_scale.
 
 override EF: bool = true;
 
@@ -19,7 +20,7 @@ override EF: bool = true;
 @group(0) @binding(4) var<storage, read_write> sel: array<u32>;
 @group(0) @binding(5) var<storage, read_write> cnt: array<u32>;
 @group(0) @binding(6) var<storage, read_write> outp: array<u32>;
-@group(0) @binding(7) var<storage, read> prm: array<u32>;
+@group(0) @binding(7) var<storage, read> prm: TopkParams;
 
 const BLOCK: u32 = 4096u;
 const BINS: u32 = 2048u;
@@ -30,9 +31,9 @@ var<workgroup> scan_a: array<u32, 256>;
 var<workgroup> wnb: u32;
 var<workgroup> total: u32;
 
-// acc = residual + grad * inv_scale (prm[4]: a loss scale's inverse, 1.0 without one: x * 1.0 is x)
+// acc = residual + grad * inv_scale (prm.inv_scale: a loss scale's inverse, 1.0 without one: x * 1.0 is x)
 fn acc4(v: u32) -> vec4<f32> {
-    let g = grad[v] * bitcast<f32>(prm[4]);
+    let g = grad[v] * prm.inv_scale;
     if (EF) { return res[v] + g; }
     return g;
 }
@@ -49,12 +50,12 @@ fn block_id(wid: vec3<u32>, nwg: vec3<u32>) -> u32 { return wid.x + wid.y * nwg.
 fn topk_hist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let b = block_id(wid, nwg);
-    let live = b < prm[1];
+    let live = b < prm.blocks;
     for (var j = 0u; j < 8u; j++) { atomicStore(&wh[lid + WG * j], 0u); }
     workgroupBarrier();
     let blk = blocks[select(0u, b, live)];
     let t = blk.x;
-    let p = prm[0];
+    let p = prm.radix_pass;
     let sh = shift_of(p);
     let hi = hi_of(p);
     let mask = (1u << (hi - sh)) - 1u;
@@ -75,7 +76,7 @@ fn topk_hist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             }
         }
     }
-    if (bad && p == 0u) { atomicOr(&hist[BINS * prm[3]], 1u); }
+    if (bad && p == 0u) { atomicOr(&hist[BINS * prm.tensors], 1u); }
     workgroupBarrier();
     if (live) {
         for (var j = 0u; j < 8u; j++) {
@@ -91,14 +92,14 @@ fn topk_hist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
 fn topk_pick(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let t = block_id(wid, nwg);
-    let live = t < prm[3];
+    let live = t < prm.tensors;
     let tt = select(0u, t, live);
     var s = 0u;
     for (var j = 0u; j < 8u; j++) { s += atomicLoad(&hist[BINS * tt + 8u * lid + j]); }
     scan_a[lid] = s;
     workgroupBarrier();
     if (live && lid == 0u) {
-        let sh = shift_of(prm[0]);
+        let sh = shift_of(prm.radix_pass);
         let need = sel[8u * t + 1u];
         var above = 0u;
         var bin = 0u;
@@ -146,7 +147,7 @@ fn wg_scan(v: u32, lid: u32) -> u32 {
 fn topk_count(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let b = block_id(wid, nwg);
-    let live = b < prm[1];
+    let live = b < prm.blocks;
     let blk = blocks[select(0u, b, live)];
     let thr = sel[8u * blk.x];
     var gt = 0u;
@@ -177,7 +178,7 @@ fn topk_count(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 fn topk_scan(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let t = block_id(wid, nwg);
-    let live = t < prm[3];
+    let live = t < prm.tensors;
     let tt = select(0u, t, live);
     let need = sel[8u * tt + 1u];
     let first = sel[8u * tt + 5u];
@@ -210,12 +211,12 @@ fn topk_scan(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
 fn topk_compact(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
     let b = block_id(wid, nwg);
-    let live = b < prm[1];
+    let live = b < prm.blocks;
     let blk = blocks[select(0u, b, live)];
     let t = blk.x;
     let thr = sel[8u * t];
     let need = sel[8u * t + 1u];
-    let K = prm[2];
+    let K = prm.K;
     var xs: array<vec4<f32>, 4>;
     var eq = 0u;
     var gt = 0u;

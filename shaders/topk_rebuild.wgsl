@@ -6,20 +6,21 @@ const WG: u32 = 256u;
 
 fn block_id(wid: vec3<u32>, nwg: vec3<u32>) -> u32 { return wid.x + wid.y * nwg.x; }
 
-// The rebuild (scatter): add one rank's (index, value) entries [prm[0], prm[1]) (at prm[3] in `lst`, values K
-// further on) into `dense`, one piece of it per segment (flat start, length, element offset in dense; sorted).
+// The rebuild (scatter): add one rank's (index, value) entries [sprm.lo, sprm.hi) (at sprm.base in `lst`, values
+// sprm.K further on; a ScatterParams, declared in rlx_gpu/addons/distributed/compression.py) into `dense`, one
+// piece of it per segment (flat start, length, element offset in dense; sorted).
 @group(0) @binding(0) var<storage, read_write> dense: array<f32>;
 @group(0) @binding(1) var<storage, read> segs: array<u32>;
 @group(0) @binding(2) var<storage, read> lst: array<u32>;
-@group(0) @binding(3) var<storage, read> sprm: array<u32>;
+@group(0) @binding(3) var<storage, read> sprm: ScatterParams;
 
 @compute @workgroup_size(256)
 fn topk_scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
-    let e = sprm[0] + block_id(wid, nwg) * WG + lid;
-    if (e >= sprm[1]) { return; }
-    let idx = lst[sprm[3] + e];
-    let val = bitcast<f32>(lst[sprm[3] + sprm[2] + e]);
+    let e = sprm.lo + block_id(wid, nwg) * WG + lid;
+    if (e >= sprm.hi) { return; }
+    let idx = lst[sprm.base + e];
+    let val = bitcast<f32>(lst[sprm.base + sprm.K + e]);
     var lo = 0u;
     var hi = segs[0];  // (segments [lo, hi) may hold idx: the last one starting at or below it)
     while (hi - lo > 1u) {
@@ -33,22 +34,22 @@ fn topk_scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     }
 }
 
-// The mean (times 1/N) of a rebuilt buffer, and per workgroup the sum of squares of the result (partials[prm[2] +
-// workgroup]); inf/NaN show there as a non-finite sum.
+// The mean (times 1/N) of a rebuilt buffer, and per workgroup the sum of squares of the result (partials[fprm.part0 +
+// workgroup]; fprm: a FinishParams); inf/NaN show there as a non-finite sum.
 @group(0) @binding(4) var<storage, read_write> mean: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> partials: array<f32>;
-@group(0) @binding(6) var<storage, read> fprm: array<u32>;
+@group(0) @binding(6) var<storage, read> fprm: FinishParams;
 var<workgroup> red: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn topk_finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
     let w = block_id(wid, nwg);
-    let inv = bitcast<f32>(fprm[1]);
+    let inv = fprm.inv_n;
     var s = 0.0;
     for (var j = 0u; j < 4u; j++) {
         let v = w * 1024u + lid + WG * j;
-        if (v < fprm[0]) {
+        if (v < fprm.nvec) {
             let x = mean[v] * inv;
             mean[v] = x;
             s += dot(x, x);
@@ -60,5 +61,5 @@ fn topk_finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         if (lid < d) { red[lid] += red[lid + d]; }
         workgroupBarrier();
     }
-    if (lid == 0u && w * 1024u < fprm[0]) { partials[fprm[2] + w] = red[0]; }
+    if (lid == 0u && w * 1024u < fprm.nvec) { partials[fprm.part0 + w] = red[0]; }
 }

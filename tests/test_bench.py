@@ -214,3 +214,19 @@ def test_matrix_h200_driver_reads_a_cut_short_job():
     assert rep["errors"] == {"soap_f16_ms": "ValueError: no shader-f16"}
     text = drv.table({"soap": (rep, "cut at 100 s", 100.0)})
     assert re.search(r"soap_f32_ms +60\.00 +2\.50 +900\.5", text) and "error soap_f16_ms: ValueError" in text
+
+
+def test_bench_rows_agree_with_the_declarations():
+    """The state accesses a row's bytes model counts are the declaration's (its passes' reads and writes) for every
+    single-pass elementwise optimizer; one without a row gets one from its declaration (tools/bench/declared.py)."""
+    import rlx_gpu
+    from rlx_gpu.tools.bench.declared import declared_rows, state_accesses
+    checked = 0
+    for name, (cls_name, kw, accesses, _) in bench.OPTIMIZERS.items():
+        cls = getattr(rlx_gpu, cls_name, None)
+        if getattr(cls, "shader", None) and accesses is not None and len(cls.passes) == 1 and "state_bits" not in kw:
+            assert accesses == state_accesses(cls, kw), name
+            checked += 1
+    assert checked >= 10
+    table = {k: v for k, v in bench.OPTIMIZERS.items() if v[0] != "Lion"}
+    assert declared_rows(table) == {"lion": ("Lion", {}, 2, None)}  # (Lion's row as a new declaration gets it)

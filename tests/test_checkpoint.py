@@ -352,8 +352,9 @@ def test_tampered_checkpoints_raise_value_error_naming_the_file(tmp_path, device
     for name, make in cases.items():
         path = tmp_path / name
         make(path)
-        for call in (lambda: opt.restore(path), lambda: rlx_gpu.Optimizer.load(path, device=device),
-                     lambda: rlx_gpu.AdamW.load(path, device=device), lambda: rlx_gpu.reference.AdamW.load(path)):
+        for call in (lambda p=path: opt.restore(p), lambda p=path: rlx_gpu.Optimizer.load(p, device=device),
+                     lambda p=path: rlx_gpu.AdamW.load(p, device=device),
+                     lambda p=path: rlx_gpu.reference.AdamW.load(p)):
             with pytest.raises(ValueError, match=re.escape(str(path))):
                 call()
         now = (opt.read_params(), opt.state_dict())

@@ -90,7 +90,7 @@ def test_rebuild_into_grad_slots(dev):
     opt = rlx_gpu.AdamW({n: np.zeros(s, np.float32) for n, s in SHAPES.items()}, device=dev)
     K = 3000
     lists = []
-    for r in range(3):
+    for _ in range(3):
         idx = np.sort(rng.choice(numel, K, replace=False)).astype(np.uint32)
         lists.append((idx, rng.standard_normal(K).astype(np.float32)))
     offs = np.concatenate([[0], np.cumsum([int(np.prod(s)) for s in SHAPES.values()])[:-1]])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import rlx_gpu
+from optimizer_db import DB
 
 pytestmark = pytest.mark.gpu
 
@@ -29,29 +30,12 @@ def rosen_hess_diag(x):
 
 
 # name: (options for the parabola, |x - C|_inf tolerance after 400 steps,
-#        options for Rosenbrock from (-1, 1), tolerance on f after 1500 steps (None: not expected)).
-# Rosenbrock's valley is chaotic for these step sizes: on llvmpipe Adam ends at f = 1.5e-8 (bit-identical
-# to the twin), on an H200 (FMA, approximate division) above 1e-4; the bounds hold on both.
-TABLE = {
-    "Adam": ({"lr": 0.05}, 1e-2, {"lr": 2e-2}, 1e-2),
-    "AdamW": ({"lr": 0.05, "weight_decay": 0.0}, 1e-2, {"lr": 2e-2, "weight_decay": 0.0}, 1e-2),
-    "SGD": ({"lr": 0.1, "momentum": 0.5}, 1e-4, {"lr": 1e-3, "momentum": 0.9}, 1e-5),
-    "RMSprop": ({"lr": 0.01}, 2e-2, {"lr": 3e-3, "momentum": 0.5}, 1e-3),
-    "Adagrad": ({"lr": 0.5}, 1e-4, {"lr": 0.3}, 5e-2),
-    "LAMB": ({"lr": 0.02, "weight_decay": 0.0}, 5e-2, None, None),  # trust ratio |p|/|u| stalls near p = 0
-    "NAdamW": ({"lr": 0.05, "weight_decay": 0.0}, 1e-2, {"lr": 1e-2, "weight_decay": 0.0, "betas": (0.9, 0.99)}, 1e-2),
-    "RAdam": ({"lr": 0.05}, 1e-2, {"lr": 1e-2, "betas": (0.9, 0.99)}, 1e-3),
-    "QHAdamW": ({"lr": 0.05, "nus": (0.7, 1.0)}, 1e-2,
-                {"lr": 2e-2, "nus": (0.7, 1.0), "betas": (0.995, 0.999)}, 1e-3),
-    "Lion": ({"lr": 0.02}, 2e-2, {"lr": 1e-2}, 2e-2),
-    "Mars": ({"lr": 0.05}, 1e-2, {"lr": 1e-2, "betas": (0.9, 0.99)}, 1e-3),
-    "Adafactor": ({"lr": 0.05}, 2e-2, {"lr": 0.02}, 0.15),  # relative steps: slow in the valley (f 0.066)
-    "SophiaH": ({"lr": 0.05, "weight_decay": 0.0}, 1e-2, {"lr": 3e-2, "weight_decay": 0.0}, 1e-3),
-}
-
-
+#        options for Rosenbrock from (-1, 1), tolerance on f after 1500 steps (None: not expected)),
+# from tests/optimizer_db.py's rows. Rosenbrock's valley is chaotic for these step sizes: on llvmpipe Adam ends at
+# f = 1.5e-8 (bit-identical to the twin), on an H200 (FMA, approximate division) above 1e-4; the bounds hold on both.
+TABLE = {r.name: (*r.parabola, *(r.rosenbrock or (None, None))) for r in DB}
 # Optimizers whose own rule is for matrices (MARS) get the problem as a 1 x n matrix.
-MATRIX_FORM = {"Mars"}
+MATRIX_FORM = {r.name for r in DB if r.matrix_form}
 
 
 def run(cls, x0, grad, hess, steps, **opts):
@@ -81,7 +65,3 @@ def test_rosenbrock(name, device):
             **opts, device=device)
     assert rosenbrock(x) < tol, (x, rosenbrock(x))
 
-
-def test_table_covers_every_optimizer():
-    from cases import TABLE as T
-    assert set(TABLE) == {row[0].__name__ for row in T}

@@ -363,7 +363,7 @@ def test_tampered_or_corrupted_rank_files_are_refused_by_every_rank(tmp_path):
     text = r.stdout + r.stderr
     assert r.returncode == 0, text[-3000:]
     for rank in (0, 1):
-        for name, (path, f) in bad.items():
+        for name, (_, f) in bad.items():
             assert f"rank {rank}: REFUSED unchanged: {f}" in text, (rank, name, text[-3000:])
         assert f"rank {rank}: STEPPED" in text and "CHANGED" not in text and "RESTORED" not in text
     # files that read well but whose part one rank's optimizer refuses (here a stand-in that raises, on rank 1):

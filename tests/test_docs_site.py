@@ -50,6 +50,14 @@ def test_every_optimizer_has_a_page_from_its_declaration():
         for s in twin.all_state_names:
             assert f"`{s}`" in page, (name, s)
         assert "## Update rule" in page and "```text" in page and "| compared | bound | test |" in page
+        assert f"- [{name}]({name}.md)" in docsite.optimizer_nav()  # (the site's nav: no line in mkdocs.yml)
+
+
+def test_architecture_page_is_the_readme_sections():
+    page = docsite.architecture_page()
+    for title in ("Architecture", "Tests and tolerances"):
+        body = docsite.readme_section(title).replace("](CONTRIBUTING.md)", "](contributing.md)")
+        assert body in page and len(body) > 1000, title
 
 
 def _function(path: Path, name: str):

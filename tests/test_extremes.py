@@ -18,6 +18,7 @@ import pytest
 
 import rlx_gpu
 from cases import ATOL, RTOL, TABLE, case_id
+from optimizer_db import DB
 from helpers import torch_clip
 
 FTZ_ATOL = 1e-30
@@ -32,7 +33,7 @@ ROWS = [
 PARAMS = [("normal params", lambda rng, s: rng.standard_normal(s).astype(np.float32)), ("extreme params", ROWS[3][1])]
 SHAPES = {"a": (5, 7), "b": (33,)}  # a matrix (MARS, Adafactor factored) and a vector
 # Each optimizer's most involved option set, without hyperparameters that are denormal inside a kernel
-DENORMAL_HYPER = {"Adafactor": {"eps": (None, 1e-2)}, "QHAdamW": {"eps": 1e-8}}
+DENORMAL_HYPER = {r.name: r.denormal_hyper for r in DB if r.denormal_hyper}  # (tests/optimizer_db.py)
 EXTREME_CASES = [(g, t, dict(sets[-1], **DENORMAL_HYPER.get(g.__name__, {}))) for g, t, sets, _ in TABLE]
 TINY = np.finfo(np.float32).tiny
 

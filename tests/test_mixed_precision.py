@@ -18,17 +18,18 @@ import pytest
 
 import rlx_gpu
 from cases import ATOL, RTOL, TABLE, case_id
+from optimizer_db import DB
 from rlx_gpu.core.lowp import BF16, F16, round_stochastic
 
 pytestmark = pytest.mark.gpu
-REDUCING = {"LAMB", "Mars", "Adafactor"}
-ULPS = {"LAMB": 4, "Mars": 4, "Adafactor": 4}  # reductions in another order; elsewhere (a GPU that contracts FMAs) 2
+REDUCING = {r.name for r in DB if r.reduces}  # (tests/optimizer_db.py)
+ULPS = {n: 4 for n in REDUCING}  # reductions in another order; elsewhere (a GPU that contracts FMAs) 2
 ULPS_DEFAULT = 2
 DIVERGED = 0.01  # the fraction of a test's elements (16-bit or float32) allowed outside the bound off the CPU adapter,
 # for the optimizers whose step turns a last-bit difference into a larger one: a sign (Lion), a clamp (Sophia-H),
 # mixes of moment and grad that cancel near zero (QHAdamW, MARS): on the H200 these failed without it. LAMB (a
 # trust ratio of two norms) is in the set because after its float16 fix it was run on the H200 only with it.
-DIVERGING = {"Lion", "SophiaH", "QHAdamW", "Mars", "LAMB"}
+DIVERGING = {r.name for r in DB if r.diverging}
 SIZES = [1, 3, 4, 5, 7, 8, 9, (5, 7), 2047, 2049, 4097]
 DT = {"bfloat16": BF16, "float16": F16}
 

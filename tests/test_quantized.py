@@ -180,7 +180,7 @@ def test_bfloat16_master_weights_and_schedule(bits, device):
     gpu, twin = rlx_gpu.AdamW(params, **kw, device=device), rlx_gpu.reference.AdamW(params, **kw)
     sched = rlx_gpu.schedules.CosineAnnealingLR(gpu, T_max=20)
     rng = np.random.default_rng(6)
-    for s in range(20):
+    for _ in range(20):
         g = {n: rng.standard_normal(p.shape).astype(np.float32) for n, p in params.items()}
         twin.set_lr(gpu.param_groups[0]["lr"])
         step_both(gpu, twin, g)

@@ -169,7 +169,7 @@ def test_from_torch_embedding(device):
     p0 = emb.weight.detach().numpy().copy()
     to = torch.optim.SparseAdam(emb.parameters(), lr=0.01)
     gpu = rlx_gpu.SparseAdam({"w": p0}, lr=0.01, device=device)
-    for s in range(5):
+    for _ in range(5):
         emb.zero_grad()
         emb(torch.tensor([[1, 2, 2, 7], [3, 1, 1, 1]])).pow(2).sum().backward()
         gpu.step({"w": rlx_gpu.RowSparse.from_torch(emb.weight.grad)})
@@ -270,3 +270,18 @@ def test_a_sparse_step_past_the_max_binding_and_after_it(device):
     twin.step({"emb": rlx_gpu.RowSparse(np.array([3]), np.ones((1, L), np.float32))})  # (sample[3] is row 3)
     np.testing.assert_array_equal(opt.params["emb"].numpy()[sample], twin.params["emb"])
     del got, vals, opt
+
+
+def test_step_words_are_the_declarations_packing():
+    """engine/sparse.py packs a sparse step's scalars directly (every step); they are SPARSE_META.pack's words for
+    every optimizer kind, with maximize, and an unknown name is refused."""
+    from rlx_gpu.engine.sparse import PIECE, SPARSE_META, STEP, step_words
+    for twin in (rlx_gpu.reference.SparseAdam, rlx_gpu.reference.Adagrad, rlx_gpu.reference.SGD):
+        group = dict(twin.defaults, lr=0.01)
+        for maximize in (False, True):
+            scalars = twin.sparse_scalars(group, 3, 0.5)
+            fields = {**dict.fromkeys(PIECE + STEP, 0), **scalars, "negate": int(maximize)}
+            want = SPARSE_META.pack(**fields, idx=())[len(PIECE):]
+            np.testing.assert_array_equal(step_words(dict(group, maximize=maximize), scalars), want)
+    with pytest.raises(KeyError, match="unknown scalars"):
+        step_words({}, {"lr": 0.1})

@@ -154,7 +154,7 @@ def test_state_dict_and_load_hooks(info, device):
     for kw in inputs(info, cliquey=True)[:3]:
         kw.setdefault("lr", 1e-3)  # (the hooks tell 0.003 apart: an lr other than that)
 
-        def make():
+        def make(kw=kw):
             p = torch.rand(*shape, requires_grad=True)
             if info.name == "StiefelSGD":
                 p = torch.linalg.qr(torch.randn(*shape))[0].requires_grad_()
@@ -199,8 +199,8 @@ def test_step_hooks(info, device):
         params = [torch.eye(2)]
     for kw in inputs(info, cliquey=True)[:3]:
         opt, data = entry(info, plain=True)(params, **kw, device=device), []
-        h1 = opt.register_step_pre_hook(lambda *a: data.append("pre"))
-        h2 = opt.register_step_post_hook(lambda *a: data.append("post"))
+        h1 = opt.register_step_pre_hook(lambda *a, d=data: d.append("pre"))
+        h2 = opt.register_step_post_hook(lambda *a, d=data: d.append("post"))
         opt.step()
         opt.step()
         h1.remove()
@@ -208,10 +208,10 @@ def test_step_hooks(info, device):
         opt.step()
         assert data == ["pre", "post", "pre", "post"]
         other, data = torch.optim.SGD(params), []
-        handles = [register_optimizer_step_pre_hook(lambda *a: data.append(0)),
-                   register_optimizer_step_post_hook(lambda *a: data.append(5))]
-        handles += [o.register_step_pre_hook(lambda *a: data.append(1)) for o in (opt, other)]
-        handles += [o.register_step_post_hook(lambda *a: data.append(2)) for o in (opt, other)]
+        handles = [register_optimizer_step_pre_hook(lambda *a, d=data: d.append(0)),
+                   register_optimizer_step_post_hook(lambda *a, d=data: d.append(5))]
+        handles += [o.register_step_pre_hook(lambda *a, d=data: d.append(1)) for o in (opt, other)]
+        handles += [o.register_step_post_hook(lambda *a, d=data: d.append(2)) for o in (opt, other)]
         try:
             opt.step()
             other.step()

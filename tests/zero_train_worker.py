@@ -16,20 +16,20 @@ out, steps, ratio = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 rng = np.random.default_rng(0)
-D, O, B = 64, 32, 64
-w_true = (rng.standard_normal((D, O)) / 8).astype(np.float32)
+D, OUT, B = 64, 32, 64
+w_true = (rng.standard_normal((D, OUT)) / 8).astype(np.float32)
 data = []
-for r in range(world):
+for _ in range(world):
     x = rng.standard_normal((2048, D)).astype(np.float32)
-    data.append((x, x @ w_true + (0.1 * rng.standard_normal((2048, O))).astype(np.float32)))
-zero = ZeroRedundancyOptimizer({"w": np.zeros((D, O), np.float32), "b": np.zeros(O, np.float32)},
+    data.append((x, x @ w_true + (0.1 * rng.standard_normal((2048, OUT))).astype(np.float32)))
+zero = ZeroRedundancyOptimizer({"w": np.zeros((D, OUT), np.float32), "b": np.zeros(OUT, np.float32)},
                                optimizer_class=rlx_gpu.SGD, lr=0.05, momentum=0.9,
                                grad_compression=TopK(ratio) if ratio else None)
 x, y = data[rank]
 for s in range(steps):
     i = np.random.default_rng(1000 * s + rank).integers(0, len(x), B)
     e = x[i] @ zero.params["w"] + zero.params["b"] - y[i]
-    zero.step({"w": (x[i].T @ e * (2 / (B * O))).astype(np.float32), "b": (e.mean(0) * (2 / O)).astype(np.float32)})
+    zero.step({"w": (x[i].T @ e * (2 / (B * OUT))).astype(np.float32), "b": (e.mean(0) * (2 / OUT)).astype(np.float32)})
 if rank == 0:
     mse = np.mean([np.mean((a @ zero.params["w"] + zero.params["b"] - t) ** 2) for a, t in data])
     np.save(out, np.array(mse))

@@ -13,8 +13,6 @@ skipped in every part. At most four parts (rlx_gpu.engine.StepGroup, which does 
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..core.partition import PartitionBase
 from ..core.torchcontract import TorchAware
 from ..core.torchpartition import PartitionContract

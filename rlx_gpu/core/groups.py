@@ -225,6 +225,14 @@ def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tu
                          "(it then takes torch's format)")
     if len(pgs) != len(groups):
         raise ValueError(f"{where}: state dict has {len(pgs)} param groups, optimizer has {len(groups)}")
+    hypers = _check_groups(where, pgs, groups, defaults)
+    state = {name: _check_state(where, name, st, shapes, state_names, state_shape, state_dtype, cast)
+             for name, st in raw_state.items()}
+    return state, hypers
+
+
+def _check_groups(where: str, pgs, groups: list, defaults: dict) -> list:
+    """A state dict's param groups checked against the optimizer's: their hyperparameters."""
     hypers = []
     for i, (pg, g) in enumerate(zip(pgs, groups)):
         if not isinstance(pg, dict):
@@ -237,39 +245,41 @@ def check_state_dict(owner: str, sd, groups: list, shapes: dict, state_names: tu
         h.update({k: v for k, v in pg.items() if k not in defaults and k != "params"})  # e.g. schedulers' keys
         validate_group(where, h, defaults)
         hypers.append(h)
-    state = {}
-    for name, st in raw_state.items():
-        if name not in shapes:
-            raise ValueError(f"{where}: state for unknown tensor {name!r}")
-        if not isinstance(st, dict) or "step" not in st:
-            raise ValueError(f"{where}: state for {name!r} must be a dict with 'step'")
-        step = as_step(st["step"])
-        if step is None:
-            raise ValueError(f"{where}: 'step' of {name!r} must be an int in [0, 2**53], got {st['step']!r}")
-        out = {"step": step}
-        for k, v in st.items():
-            if k == "step":
-                continue
-            if k not in state_names:
-                raise ValueError(f"{where}: unknown state {k!r} for {name!r}; expected some of {list(state_names)}")
-            if not isinstance(v, (np.ndarray, np.generic, float, int)) or isinstance(v, bool):
-                raise TypeError(f"{where}: {k} of {name!r} must be a float32 array, got {type(v).__name__}")
-            a = np.asarray(v)
-            want_dt = np.dtype(np.float32) if state_dtype is None else np.dtype(state_dtype(k, name))
-            if a.dtype != want_dt:
-                if dtype_of(a.dtype) is None:
-                    raise TypeError(f"{where}: {k} of {name!r} has dtype {a.dtype}, expected {want_dt}")
-                if not cast:
-                    raise ValueError(f"{where}: {k} of {name!r} is {a.dtype}, this optimizer keeps it in {want_dt}; "
-                                     f"pass cast=True to convert it (rounding to nearest even where it narrows)")
-                with np.errstate(over="ignore", invalid="ignore"):
-                    a = a.astype(np.float32).astype(want_dt)
-            want = tuple(state_shape(k, shapes[name]))
-            if a.shape != want:
-                raise ValueError(f"{where}: {k} of {name!r} has shape {a.shape}, expected {want}")
-            out[k] = a
-        state[name] = out
-    return state, hypers
+    return hypers
+
+
+def _check_state(where: str, name, st, shapes: dict, state_names: tuple, state_shape, state_dtype, cast: bool):
+    """One tensor's entry of a state dict checked (and cast where asked): its step and state arrays."""
+    if name not in shapes:
+        raise ValueError(f"{where}: state for unknown tensor {name!r}")
+    if not isinstance(st, dict) or "step" not in st:
+        raise ValueError(f"{where}: state for {name!r} must be a dict with 'step'")
+    step = as_step(st["step"])
+    if step is None:
+        raise ValueError(f"{where}: 'step' of {name!r} must be an int in [0, 2**53], got {st['step']!r}")
+    out = {"step": step}
+    for k, v in st.items():
+        if k == "step":
+            continue
+        if k not in state_names:
+            raise ValueError(f"{where}: unknown state {k!r} for {name!r}; expected some of {list(state_names)}")
+        if not isinstance(v, (np.ndarray, np.generic, float, int)) or isinstance(v, bool):
+            raise TypeError(f"{where}: {k} of {name!r} must be a float32 array, got {type(v).__name__}")
+        a = np.asarray(v)
+        want_dt = np.dtype(np.float32) if state_dtype is None else np.dtype(state_dtype(k, name))
+        if a.dtype != want_dt:
+            if dtype_of(a.dtype) is None:
+                raise TypeError(f"{where}: {k} of {name!r} has dtype {a.dtype}, expected {want_dt}")
+            if not cast:
+                raise ValueError(f"{where}: {k} of {name!r} is {a.dtype}, this optimizer keeps it in {want_dt}; "
+                                 f"pass cast=True to convert it (rounding to nearest even where it narrows)")
+            with np.errstate(over="ignore", invalid="ignore"):
+                a = a.astype(np.float32).astype(want_dt)
+        want = tuple(state_shape(k, shapes[name]))
+        if a.shape != want:
+            raise ValueError(f"{where}: {k} of {name!r} has shape {a.shape}, expected {want}")
+        out[k] = a
+    return out
 
 
 def resolve_lr_scale(owner: str, lr_scale, names) -> dict:

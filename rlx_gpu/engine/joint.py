@@ -12,14 +12,18 @@ then each one's update gated on it, and submits once.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..runtime.kernels import shipped_kernel
+from ..runtime.params import Params, declare
 from .optimizer import Optimizer
 
 __all__ = ["StepGroup"]
 
 MAX_MEMBERS = 4  # (the combine pass binds four record buffers)
+# The combine pass's parameters (shaders/partition.wgsl reads them by name): the members, whether the clip's norm is
+# made global and its maximum, the global record's words it reads and writes, and each member's global record base.
+COMBINE = Params("CombineParams", "parts", "with_norm", "max_norm:f32", "grad_mul", "total_norm", "nonfinite",
+                 "inv_scale", tail="base")
+declare("partition.wgsl", COMBINE)
 
 
 class StepGroup:
@@ -92,12 +96,12 @@ class StepGroup:
     def _record_combine(self, enc, members, clip) -> None:
         """The dispatch that makes the members' norms and inf/NaN flags global (into every member's record)."""
         rec = members[0].record
-        words = [len(members), int(clip is not None), int(np.array(clip or 0.0, np.float32).view(np.uint32)),
-                 rec.global_word("grad_mul"), rec.global_word("total_norm"), rec.global_word("nonfinite"),
-                 rec.global_word("inv_scale"), 0] + [o.record.size * len(o._names) for o in members]
-        prm = np.array(words, np.uint32)
-        if self._prm is None or self._prm[1] != prm.tobytes():
-            self._prm = (self.device.buffer(prm.nbytes, "StepGroup.prm", data=prm), prm.tobytes())
+        key = (rec, clip, tuple(o.record.size * len(o._names) for o in members))
+        if self._prm is None or self._prm[1] != key:  # (packed again only when the members or the clip change)
+            prm = COMBINE.pack(parts=len(members), with_norm=int(clip is not None), max_norm=clip or 0.0,
+                               **{w: rec.global_word(w) for w in ("grad_mul", "total_norm", "nonfinite", "inv_scale")},
+                               base=list(key[2]))
+            self._prm = (self.device.buffer(prm.nbytes, "StepGroup.prm", data=prm), key)
         hyp = [o._hyper for o in members] + self._dummies[len(members):]
         key = tuple(id(h) for h in hyp) + (id(self._prm[0]),)
         if self._bind is None or self._bind[0] != key:

@@ -13,11 +13,11 @@ import threading
 import numpy as np
 
 from ..core import options as shared
-from ..core.quant import check_state_bits
+from ..core.construct import shared_options, unpack
 from ..core.checkpoint import Checkpointable
 from ..core.copying import Copyable
 from ..core.torchcontract import TorchAware
-from ..core.groups import parse_params, resolve_lr_scale
+from ..core.groups import resolve_lr_scale
 from ..core.lowp import dtype_of, name_hash
 from ..core.sync import locked
 from ..core.torchio import plain_hyper
@@ -112,12 +112,8 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
             raise TypeError("rlx_gpu.Optimizer is a base class; use an optimizer such as rlx_gpu.AdamW")
         #: Serialises this optimizer's calls (re-entrant); hold it to make several calls atomic.
         self.lock = threading.RLock()
-        hyper, opts = shared.split(name, self.spec.defaults, args, kwargs, gpu=True, overrides=self.spec.option_defaults,
-                                   fixed=self.spec.torch_group_keys)
-        check_state_bits(name, self.spec.quantizable, opts)
-        self.defaults = {**self.spec.defaults, **hyper}
-        self.spec.validate(dict(self.defaults))  # (bad hyperparameters are ValueErrors before params are looked at)
-        self.param_groups, arrays = parse_params(name, self._bind_torch(name, params), self.defaults)
+        self.defaults, self.param_groups, arrays, opts = unpack(name, self.spec, params, self._bind_torch, args,
+                                                                kwargs, gpu=True)
         self._validated = None
         self._validate_groups()  # (the optimizer's own checks beyond the defaults' types; cached for the steps)
         self.device = dev = get_device(opts.pop("device"))
@@ -126,15 +122,13 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         self._shapes = {n: a.shape for n, a in arrays.items()}
         self._group_of = np.array([gi for gi, g in enumerate(self.param_groups) for _ in g["params"]])
         self._group_members = [np.flatnonzero(self._group_of == gi) for gi in range(len(self.param_groups))]
-        #: Per-tensor multiplier of the group lr (``lr_scale=``), applied in the kernel's scalars.
-        self.lr_scale = resolve_lr_scale(name, opts.pop("lr_scale"), self._names)
+        # lr_scale: per-tensor multiplier of the group lr, applied in the kernel's scalars; clip_grad_norm: global
+        # L2-norm clip folded into every step (None: off; may be changed between steps); skip_nonfinite: skip a
+        # step whose grads hold inf or NaN (params, state and step counts stay bit-identical); precision:
+        # master_weights, stochastic_rounding, rounding_seed, state_dtype, grad_dtype
+        self.lr_scale, self.clip_grad_norm, self.skip_nonfinite, self.precision = shared_options(name, opts,
+                                                                                                 self._names)
         self._scale = np.array([self.lr_scale[n] for n in self._names], np.float64)
-        #: Global L2-norm clip folded into every step (None: off); may be changed between steps.
-        self.clip_grad_norm = opts.pop("clip_grad_norm")
-        #: Skip a step whose grads hold inf or NaN: params, state and step counts stay bit-identical.
-        self.skip_nonfinite = opts.pop("skip_nonfinite")
-        #: The precision options (master_weights, stochastic_rounding, rounding_seed, state_dtype, grad_dtype).
-        self.precision = dict(opts)
         dts = [dtype_of(a.dtype) for a in arrays.values()]
         self._dtypes = dts
         self.buckets = make_buckets(dev, name, dts, [a.size for a in arrays.values()], self.precision,

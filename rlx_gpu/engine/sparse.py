@@ -9,8 +9,19 @@ import numpy as np
 from ..core.sparse import RowSparse, check_use, parts, refuse_dense, route, storage_error
 from ..core.sync import locked
 from ..runtime.kernels import shipped_kernel
+from ..runtime.params import Params, declare
 
-H = 16  # header words of the meta buffer
+# A meta buffer per tensor piece, read by name in shaders/sparse.wgsl: the piece (written with the grad's upload:
+# row length, rows, the piece's offset in its chunk, its first element in the tensor, its length), the step's
+# scalars (written each step: the twin's sparse_scalars by name, and negate for maximize), then the touched rows
+# and (SGD) each row's first entry and entry count.
+PIECE = ("L", "rows", "off", "toff", "ln")
+STEP = ("negate", "rate", "eps", "omb1", "omb2")
+SPARSE_META = Params("SparseMeta", *PIECE, "negate", "rate:f32", "eps:f32", "omb1:f32", "omb2:f32", tail="idx")
+declare("sparse.wgsl", SPARSE_META)
+H = len(SPARSE_META.fields)  # the words before the rows
+_SCALARS = dict.fromkeys(STEP[1:])  # (the f32 fields after negate, in order)
+assert SPARSE_META.fields[len(PIECE):] == (("negate", "u32"),) + tuple((n, "f32") for n in _SCALARS)
 
 
 class SparseMixin:
@@ -90,15 +101,15 @@ class SparseMixin:
             metas = []
             for (c, off, ln, toff) in b.layout.pieces[i]:
                 if toff < hi and lo < toff + ln:  # (a piece these rows touch)
-                    head = np.zeros(H, np.uint32)
-                    head[:5] = [L, rows.size, off, toff, ln]
-                    metas.append((c, np.concatenate([head, rows.astype(np.uint32)] + extra)))
+                    idx_words = np.concatenate([rows.astype(np.uint32)] + extra)
+                    metas.append((c, SPARSE_META.pack(L=L, rows=rows.size, off=off, toff=toff, ln=ln,
+                                                      **dict.fromkeys(STEP, 0), idx=idx_words)))
             out.append((rows.size, np.ascontiguousarray(v).reshape(-1), metas))
         return out
 
     def _sparse_step(self, sparse: dict) -> None:
         """Apply checked sparse grads (``{name: (rows, values)}`` or DeviceRowSparse): one command buffer, one
-        dispatch per part and tensor piece. The scalars (lr, step, maximize) go in words 5..11 of each meta buffer."""
+        dispatch per part and tensor piece. The step's scalars (lr, step, maximize) go in each meta buffer's STEP fields."""
         for s in self.spec.sparse_states:  # (made even when no tensor has rows this step: the state exists)
             self._ensure(s)
         enc = self.device.device.create_command_encoder()
@@ -129,12 +140,10 @@ class SparseMixin:
         t = self._index[g.name]
         if step is not None:
             group = self.param_groups[self._group_of[t]]
-            f = self.spec.sparse_scalars(group, step, self._scale[t])
-            words = np.concatenate([[int(bool(group.get("maximize", False)))], np.zeros(2, np.uint32),
-                                    np.array(f + [0.0] * (4 - len(f)), np.float32).view(np.uint32)]).astype(np.uint32)
+            words = step_words(group, self.spec.sparse_scalars(group, step, self._scale[t]))
             for _, _, mbufs in g.parts:
                 for _, mbuf in mbufs:
-                    self.device.queue.write_buffer(mbuf, 4 * 5, words)
+                    self.device.queue.write_buffer(mbuf, 4 * len(PIECE), words)
         v4 = "4" if kind == "adam" and g.L % 4 == 0 else ""  # (four columns a thread where rows allow it)
         k = shipped_kernel(self.device, "sparse.wgsl", f"sparse_{kind}{v4}")
         b, _ = self._where[t]
@@ -150,6 +159,18 @@ class SparseMixin:
             g.binds = (key, binds)
         for rows, bind in g.binds[1]:
             k.dispatch(enc, bind, -(-rows * (g.L // 4 if v4 else g.L) // 256))
+
+
+def step_words(group: dict, scalars: dict) -> np.ndarray:
+    """The STEP fields' words of SPARSE_META (those after PIECE): negate (maximize) and the twin's scalars by name
+    (a name the optimizer's kind does not use is 0). Written for every sparse step, so packed directly in the
+    declaration's order rather than through ``Params.pack`` (tests/test_sparse.py checks that both agree)."""
+    if not scalars.keys() <= _SCALARS.keys():
+        raise KeyError(f"SparseMeta: unknown scalars {sorted(scalars.keys() - _SCALARS.keys())}")
+    out = np.empty(len(STEP), np.uint32)
+    out[0] = bool(group.get("maximize", False))
+    out[1:] = np.array([scalars.get(n, 0.0) for n in _SCALARS], np.float32).view(np.uint32)
+    return out
 
 
 class DeviceRowSparse(RowSparse):

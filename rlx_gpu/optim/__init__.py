@@ -1,22 +1,11 @@
 """The GPU optimizers, each a declaration on the engine: its NumPy twin (``rlx_gpu.reference``), record fields
-and their fill, passes, and a WGSL update function in ``shaders/``."""
-from .adafactor import Adafactor
-from .adagrad import Adagrad
-from .adam import Adam, AdamW
-from .kron import Kron
-from .lamb import LAMB
-from .lion import Lion
-from .muon import Muon
-from .mars import Mars
-from .nadam import NAdamW
-from .qhadam import QHAdamW
-from .radam import RAdam
-from .rmsprop import RMSprop
-from .sgd import SGD
-from .soap import SOAP
-from .sophia import SophiaH
-from .sparse_adam import SparseAdam
-from .stiefel import StiefelSGD
+and their fill, passes, and a WGSL update function in ``shaders/``.
 
-__all__ = ["Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LAMB", "NAdamW", "RAdam", "QHAdamW", "Lion", "SophiaH",
-           "Mars", "Adafactor", "SparseAdam", "Muon", "StiefelSGD", "SOAP", "Kron"]
+Every module of this package is imported and its declarations exported (a class with its own ``spec``): adding an
+optimizer is adding its module, with no list to extend here (``tests/test_optimizer_db.py`` checks the exports
+against the declarations in the source)."""
+from ..core.declared import declared as _declared
+
+_found = _declared(__name__, __path__, lambda c: "spec" in vars(c))
+globals().update(_found)
+__all__ = list(_found)

@@ -27,7 +27,7 @@ class Adagrad(ReferenceOptimizer):
 
     @classmethod
     def sparse_scalars(cls, group, step, scale):
-        return [-(group["lr"] * scale / (1 + (step - 1) * group["lr_decay"])), group["eps"]]
+        return dict(rate=-(group["lr"] * scale / (1 + (step - 1) * group["lr_decay"])), eps=group["eps"])
 
 
     @classmethod

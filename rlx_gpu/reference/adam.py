@@ -19,6 +19,24 @@ def lerp(a: np.ndarray, b: np.ndarray, w: float) -> np.ndarray:
     return a + w * (b - a) if w < 0.5 else b - (b - a) * (F32(1) - w)
 
 
+def decay_and_moments(p, g, st, group, decoupled: bool):
+    """The block Adam, AdamW and RAdam share (shaders/adam_moments.wgsl is the kernels'), in place on ``p`` and the
+    moments: g negated for maximize; weight decay decoupled (p *= 1 - lr*wd) or L2 (g += wd*p);
+    m = lerp(m, g, 1-b1); v = b2*v + (1-b2)*g*g. Returns (m, v)."""
+    lr, (b1, b2), wd = group["lr"], group["betas"], group["weight_decay"]
+    if group["maximize"]:
+        g = -g
+    if wd != 0:
+        if decoupled:
+            p *= F32(1 - lr * wd)
+        else:
+            g = g + F32(wd) * p
+    m, v = st["exp_avg"], st["exp_avg_sq"]
+    m[...] = lerp(m, g, 1 - b1)
+    v[...] = v * F32(b2) + F32(1 - b2) * g * g
+    return m, v
+
+
 class Adam(ReferenceOptimizer):
     """Adam (Kingma & Ba 2014) with L2 weight decay, as torch.optim.Adam."""
     supports_complex = True  # (a complex param as its view_as_real: how torch steps one)
@@ -28,24 +46,14 @@ class Adam(ReferenceOptimizer):
     sparse_refusal = "Adam does not support sparse gradients, please consider SparseAdam instead"
     decoupled = False
 
-
     @classmethod
     def state_names(cls, group):
         return cls.all_state_names if group["amsgrad"] else cls.all_state_names[:2]
 
     def _update(self, p, g, st, group, fresh):
-        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
         t = st["step"]
-        if group["maximize"]:
-            g = -g
-        if wd != 0:
-            if self.decoupled:
-                p *= F32(1 - lr * wd)
-            else:
-                g = g + F32(wd) * p
-        m, v = st["exp_avg"], st["exp_avg_sq"]
-        m[...] = lerp(m, g, 1 - b1)
-        v[...] = v * F32(b2) + F32(1 - b2) * g * g
+        m, v = decay_and_moments(p, g, st, group, self.decoupled)
         if group["amsgrad"]:
             np.maximum(st["max_exp_avg_sq"], v, out=st["max_exp_avg_sq"])
             v = st["max_exp_avg_sq"]

@@ -15,14 +15,14 @@ import threading
 
 import numpy as np
 
-from ..core import options as shared
 from ..core.checkpoint import Checkpointable
+from ..core.construct import shared_options, unpack
 from ..core.copying import Copyable
-from ..core.groups import (MAX_STEP, check_grads, check_load_params, check_state_dict, parse_params,
-                           reconcile_master, resolve_lr_scale, scaled)
+from ..core.groups import (MAX_STEP, check_grads, check_load_params, check_state_dict, reconcile_master,
+                           resolve_lr_scale, scaled)
 from ..core.lowp import DTYPES, dtype_of, element_bits, name_hash, round_rne, round_stochastic, step_key
 from ..core.numerics import check_max_norm, clip_coef, host_clip_, host_total_norm, norm_kind
-from ..core.quant import check_state_bits, join_state, split_state
+from ..core.quant import join_state, split_state
 from ..core.quant import entries as quant_entries
 from ..core.sync import locked
 from ..core.torchio import plain_hyper
@@ -44,21 +44,13 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Copyable,
         #: Serialises this optimizer's calls (re-entrant), as the GPU classes' lock.
         self.lock = threading.RLock()
         self._last_norm = None
-        hyper, opts = shared.split(name, type(self).defaults, args, kwargs, gpu=False, overrides=self.option_defaults,
-                                   fixed=self.torch_group_keys)
-        check_state_bits(name, self.quantizable, opts)
-        self.defaults = {**type(self).defaults, **hyper}
-        self.validate(dict(self.defaults))  # (bad hyperparameters are ValueErrors before params are looked at)
-        self.param_groups, self.params = parse_params(name, self._bind_torch(name, params), self.defaults)
+        self.defaults, self.param_groups, self.params, opts = unpack(name, type(self), params, self._bind_torch,
+                                                                     args, kwargs, gpu=False)
         self._shapes = {n: p.shape for n, p in self.params.items()}
-        #: Per-tensor multiplier of the group lr (``lr_scale=``).
-        self.lr_scale = resolve_lr_scale(name, opts.pop("lr_scale"), list(self.params))
-        #: Global L2-norm clip applied to each step's grads (None: off).
-        self.clip_grad_norm = opts.pop("clip_grad_norm")
-        #: Skip a step whose grads hold inf or NaN (nothing changes; see ``last_step_skipped``).
-        self.skip_nonfinite = opts.pop("skip_nonfinite")
-        #: The precision options, as the GPU classes'.
-        self.precision = dict(opts)
+        # as the GPU classes': lr_scale (per tensor), clip_grad_norm (applied to each step's grads; None: off),
+        # skip_nonfinite (nothing changes on inf/NaN grads; see last_step_skipped), the precision options
+        self.lr_scale, self.clip_grad_norm, self.skip_nonfinite, self.precision = shared_options(
+            name, opts, list(self.params))
         self.last_step_skipped = False
         for g in self.param_groups:
             self.validate(g)

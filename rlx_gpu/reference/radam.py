@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .adam import lerp
+from .adam import decay_and_moments
 from .base import F32, ReferenceOptimizer
 
 
@@ -36,18 +36,9 @@ class RAdam(ReferenceOptimizer):
 
 
     def _update(self, p, g, st, group, fresh):
-        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
         t = st["step"]
-        if group["maximize"]:
-            g = -g
-        if wd != 0:
-            if group["decoupled_weight_decay"]:
-                p *= F32(1 - lr * wd)
-            else:
-                g = g + F32(wd) * p
-        m, v = st["exp_avg"], st["exp_avg_sq"]
-        m[...] = lerp(m, g, 1 - b1)
-        v[...] = v * F32(b2) + F32(1 - b2) * g * g
+        m, v = decay_and_moments(p, g, st, group, group["decoupled_weight_decay"])
         mhat = m / F32(1 - b1 ** t)
         rho_t, r = radam_rect(b2, t)
         if rho_t > 5.0:

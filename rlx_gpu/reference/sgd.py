@@ -29,7 +29,7 @@ class SGD(ReferenceOptimizer):
 
     @classmethod
     def sparse_scalars(cls, group, step, scale):
-        return [-group["lr"] * scale]
+        return dict(rate=-group["lr"] * scale)
 
     @classmethod
     def check(cls, group):

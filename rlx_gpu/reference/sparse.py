@@ -40,8 +40,10 @@ class SparseSpec:
         return False
 
     @classmethod
-    def sparse_scalars(cls, group: dict, step: int, scale: float) -> list:
-        return []
+    def sparse_scalars(cls, group: dict, step: int, scale: float) -> dict:
+        """The sparse update's scalars by name (``rate``: the signed step size; ``eps``, ``omb1``, ``omb2``: 1 -
+        beta): the GPU kernel reads the same names (``rlx_gpu/engine/sparse.py``'s ``SPARSE_META``)."""
+        return {}
 
 
 class SparseTwin:
@@ -83,23 +85,23 @@ class SparseTwin:
             rows, starts, counts, v = grouped(idx, vals)
             for k in range(int(counts.max())):
                 sel = counts > k
-                p[rows[sel]] = fma32(scal[0], v[starts[sel] + k], p[rows[sel]])
+                p[rows[sel]] = fma32(scal["rate"], v[starts[sel] + k], p[rows[sel]])
             return
         rows, g = coalesce(idx, vals)
         L = g.shape[1]
         if kind == "adagrad":
             s = st["sum"].reshape(-1, L)
             s[rows] = s[rows] + g * g
-            p[rows] = fma32(scal[0], g / (np.sqrt(s[rows]) + F32(scal[1])), p[rows])
+            p[rows] = fma32(scal["rate"], g / (np.sqrt(s[rows]) + F32(scal["eps"])), p[rows])
             return
         m, v = st["exp_avg"].reshape(-1, L), st["exp_avg_sq"].reshape(-1, L)
         m0, v0 = m[rows], v[rows]
-        m[rows] = m0 + (g - m0) * F32(scal[0])
-        v[rows] = v0 + (g * g - v0) * F32(scal[1])
-        p[rows] = p[rows] + F32(scal[2]) * (m[rows] / (np.sqrt(v[rows]) + F32(scal[3])))
+        m[rows] = m0 + (g - m0) * F32(scal["omb1"])
+        v[rows] = v0 + (g * g - v0) * F32(scal["omb2"])
+        p[rows] = p[rows] + F32(scal["rate"]) * (m[rows] / (np.sqrt(v[rows]) + F32(scal["eps"])))
 
 
-def adam_scalars(group: dict, step: int, scale: float) -> list:
-    """SparseAdam's: 1 - b1, 1 - b2, -step_size (lr * sqrt(1 - b2^t) / (1 - b1^t)), eps."""
+def adam_scalars(group: dict, step: int, scale: float) -> dict:
+    """SparseAdam's: omb1 = 1 - b1, omb2 = 1 - b2, rate = -step_size (lr * sqrt(1 - b2^t) / (1 - b1^t)), eps."""
     (b1, b2), lr = group["betas"], group["lr"] * scale
-    return [1 - b1, 1 - b2, -(lr * math.sqrt(1 - b2 ** step) / (1 - b1 ** step)), group["eps"]]
+    return dict(omb1=1 - b1, omb2=1 - b2, rate=-(lr * math.sqrt(1 - b2 ** step) / (1 - b1 ** step)), eps=group["eps"])

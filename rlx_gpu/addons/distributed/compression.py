@@ -19,12 +19,21 @@ from ...reference.topk import topk_count
 from ...runtime.arena import Arena, DeviceTensor
 from ...runtime.kernels import shipped_kernel
 from ...runtime.layout import Layout
+from ...runtime.params import Params, declare
 
 __all__ = ["TopK", "TopKCompressor", "Rebuild"]
 
 BLOCK = 4096  # entries per workgroup (shaders/topk.wgsl)
 BINS = 2048
-ONE = 0x3F800000  # (1.0f's bits)
+# The kernels' parameters, read by name in shaders/topk.wgsl and shaders/topk_rebuild.wgsl: the radix pass, the
+# blocks of a dispatch, K, the tensors and the grads' factor; one rank's entries [lo, hi) of its list at base (values
+# K further on); the finish pass's vec4s, its factor 1/N and its first partial.
+TOPK = Params("TopkParams", "radix_pass", "blocks", "K", "tensors", "inv_scale:f32")
+SCATTER = Params("ScatterParams", "lo", "hi", "K", "base")
+FINISH = Params("FinishParams", "nvec", "inv_n:f32", "part0")
+declare("topk.wgsl", TOPK)
+declare("topk_rebuild.wgsl", SCATTER, FINISH)
+INV_SCALE_AT = 4 * TOPK.names.index("inv_scale")  # (its byte in the buffer, rewritten when the factor changes)
 
 
 class TopK:
@@ -81,9 +90,9 @@ class TopKCompressor:
         self._tables = [buf(b.nbytes, f"topk.blocks[{c}]", data=b) for c, b in enumerate(lay.blocks)]
         self._prm = {}
         for p in range(3):
-            for c, b in enumerate(lay.blocks):
-                self._prm[p, c] = buf(32, "topk.prm", data=_u32([p, len(b), K, T, ONE, 0, 0, 0]))
-            self._prm[p, None] = buf(32, "topk.prm", data=_u32([p, 0, K, T, ONE, 0, 0, 0]))
+            for c, b in [*enumerate(lay.blocks), (None, ())]:  # (chunk None: the per-tensor entries, no blocks)
+                words = TOPK.pack(radix_pass=p, blocks=len(b), K=K, tensors=T, inv_scale=1.0)
+                self._prm[p, c] = buf(words.nbytes, "topk.prm", data=words)
         self._inv = 1.0
         self._T = T
         self._kern = {e: shipped_kernel(device, "topk.wgsl", e, EF=int(ef))
@@ -119,7 +128,7 @@ class TopKCompressor:
         if inv_scale != self._inv:
             bits = _u32([np.array(inv_scale, np.float32).view(np.uint32)])
             for b in self._prm.values():
-                dev.queue.write_buffer(b, 16, bits)
+                dev.queue.write_buffer(b, INV_SCALE_AT, bits)
             self._inv = inv_scale
         dev.queue.write_buffer(self.sel, 0, self._sel_init)
         enc = dev.encoder()
@@ -175,17 +184,17 @@ class Rebuild:
         self._scatter = shipped_kernel(device, "topk_rebuild.wgsl", "topk_scatter")
         self._finish = shipped_kernel(device, "topk_rebuild.wgsl", "topk_finish")
         self.targets, npart = [], 0
-        inv = np.array([1.0 / self.world], np.float32).view(np.uint32)[0]  # (the mean's factor, float32(1/N))
         for dense, ss in segs.values():
             ss.sort()
             table = _u32([len(ss)] + [w for s in ss for w in s])
             span = (ss[0][0], max(a + ln for a, ln, _ in ss))
-            sprm = [buf(16, "topk.sprm") for _ in range(self.world)]
+            sprm = [buf(4 * len(SCATTER.fields), "topk.sprm") for _ in range(self.world)]
             seg_buf = buf(table.nbytes, "topk.segs", data=table)
             binds = [self._scatter.bind({"dense": dense, "segs": seg_buf, "lst": self.lst, "sprm": p}) for p in sprm]
             nvec = dense.size // 16
             groups = -(-nvec // 1024)
-            fprm = buf(16, "topk.fprm", data=_u32([nvec, inv, npart, 0]))
+            fprm = FINISH.pack(nvec=nvec, inv_n=1.0 / self.world, part0=npart)  # (inv_n: float32(1/N))
+            fprm = buf(fprm.nbytes, "topk.fprm", data=fprm)
             self.targets.append((dense, span, sprm, binds, fprm, groups))
             npart += groups
         self.partials = buf(4 * max(1, npart), "topk.partials")
@@ -204,7 +213,7 @@ class Rebuild:
             enc.clear_buffer(dense, 0, dense.size)
             for r in range(self.world):
                 e0, e1 = np.searchsorted(lists[r, :K], [lo, hi])
-                q.write_buffer(sprm[r], 0, _u32([e0, e1, K, 2 * K * r]))
+                q.write_buffer(sprm[r], 0, SCATTER.pack(lo=e0, hi=e1, K=K, base=2 * K * r))
                 if e1 > e0:
                     self._scatter.dispatch(enc, binds[r], -(-(int(e1) - int(e0)) // 256))
         for (_, _, _, _, _, groups), fb in zip(self.targets, self._fbind):

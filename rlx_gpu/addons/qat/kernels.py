@@ -9,6 +9,7 @@ from ...linalg import _standalone
 from ...runtime.arena import DeviceTensor
 from ...runtime.device import get_device
 from ...runtime.kernels import grid, shipped_kernel
+from ...runtime.params import Params, declare
 
 __all__ = ["QParams", "Operand", "operand", "run", "args_words", "PER_CHANNEL", "E5M2", "SATURATE", "MOVING",
            "SYMMETRIC"]
@@ -17,6 +18,12 @@ F32 = np.float32
 PER_CHANNEL, E5M2, SATURATE, MOVING, SYMMETRIC = 1, 2, 4, 8, 16
 WG, EPT = 256, 4
 SHADER = "qat_kernels.wgsl"
+# The kernels' arguments, read by name in qat_kernels.wgsl (``args.qmin``): the elements, channels, elements per
+# channel run, flags, the quantized range, the LSQ grad factor, the observers' averaging constant, eps and the zero
+# point of a symmetric scheme.
+QAT_ARGS = Params("QatArgs", "n", "channels", "inner", "flags", "qmin:f32", "qmax:f32", "grad_factor:f32",
+                  "averaging:f32", "eps:f32", "sym_zp:f32")
+declare(SHADER, QAT_ARGS)
 
 
 class QParams:
@@ -100,10 +107,11 @@ def operand(who: str, name: str, x, device=None, shape=None) -> Operand:
 
 def args_words(n, channels=1, inner=None, flags=0, qmin=0.0, qmax=0.0, grad_factor=1.0, averaging=0.0, eps=0.0,
                sym_zp=0.0) -> np.ndarray:
-    """The kernels' ``args`` (qat_kernels.wgsl's header names them)."""
+    """The kernels' ``args`` (:data:`QAT_ARGS`), in the 16 words of their buffers."""
     w = np.zeros(16, np.uint32)
-    w[:4] = [n, max(1, channels), max(1, n if inner is None else inner), flags]
-    w[4:10] = np.array([qmin, qmax, grad_factor, averaging, eps, sym_zp], F32).view(np.uint32)
+    w[:len(QAT_ARGS.fields)] = QAT_ARGS.pack(n=n, channels=max(1, channels), inner=max(1, n if inner is None else inner),
+                                             flags=flags, qmin=qmin, qmax=qmax, grad_factor=grad_factor,
+                                             averaging=averaging, eps=eps, sym_zp=sym_zp)
     return w
 
 

@@ -47,7 +47,8 @@ def torch_step_ms(torch, shapes, opt_spec, repeats, dtype="float32") -> float:
 
     opt = _Opt()
     t = cuda_ms(torch, opt.step, repeats)
-    del opt, inner, ps
+    opt = inner = None  # (the optimizer's state freed before the next row: ps with it)
+    ps.clear()
     torch.cuda.empty_cache()
     return t
 

@@ -77,7 +77,7 @@ def run(args) -> dict:
 def _row(rlx_gpu, dev, timer, torch, args, p: Plan, copy_gbps, say) -> dict:
     params, opts, opt, step, grads = build(rlx_gpu, p, dev)
     t0 = time.perf_counter()
-    for k in range(3):  # warm-up: 3 steps, or 1-2 where they take a second
+    for _ in range(3):  # warm-up: 3 steps, or 1-2 where they take a second
         step()
         dev.sync()
         if time.perf_counter() - t0 > 1.0:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .declared import declared_rows
+
 # name -> (class name, options, state element accesses per step (reads + writes), torch optimizer and options or
 # None). A row moves at least 2*param + grad + 2*master + accesses*state bytes per element; min_bytes() names the
 # exceptions. The matrix optimizers (accesses None) have no bytes model (their GEMMs are compute-bound): their rows
@@ -43,6 +45,7 @@ OPTIMIZERS = {
     # Muon on the hidden matrices and AdamW on the rest (embeddings, vectors), one submission per step
     "partition": ("Partition", {}, None, None),
 }
+OPTIMIZERS.update(declared_rows(OPTIMIZERS))  # (a declaration without a row above: benched from its pass)
 SPARSE_EVERY = 16
 # further baselines timed on the same tensors where their library imports (name: module.Class, options)
 EXTRA_BASELINES = {"adamw8bit": [("bitsandbytes.optim.AdamW8bit", {})]}

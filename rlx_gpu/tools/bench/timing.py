@@ -110,7 +110,7 @@ def copy_bandwidth(dev, timer, nbytes: int, repeats: int) -> dict:
         bg = k.bind({"src": a, "dst": b})
         groups = -(-(nbytes // 16) // (wg * ept))
 
-        def kern():
+        def kern(k=k, bg=bg, groups=groups):
             enc = dev.device.create_command_encoder()
             k.dispatch(enc, bg, groups)
             dev.submit(enc)

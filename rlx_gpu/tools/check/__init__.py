@@ -151,67 +151,80 @@ def _died(rc: int) -> str:
     return f"exit status {rc}"
 
 
+class _Child:
+    """A validator child process fed ``job`` on its stdin, its stdout's lines (JSON messages) read by a thread."""
+
+    def __init__(self, validator: str, err, job: dict):
+        self.err = err
+        self.proc = subprocess.Popen([sys.executable, "-m", "rlx_gpu.tools.check.validate", validator],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        try:
+            self.proc.stdin.write(json.dumps(job))
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def next_message(self, limit):
+        """The next message, None once the child's output ended, or "timeout"."""
+        try:
+            line = self.lines.get(timeout=limit)
+        except queue.Empty:
+            return "timeout"
+        return None if line is None else json.loads(line)
+
+    def why_dead(self) -> str:
+        self.proc.wait()
+        self.err.seek(0)
+        tail = [ln for ln in self.err.read().splitlines() if ln.strip()]
+        return _died(self.proc.returncode) + (f"; it said: {tail[-1].strip()}" if tail else "")
+
+
 def check_in_child(validator: str, sources: list, device_sel=None, timeout: float = 60.0) -> list:
     """``validator`` ("wgpu" or "tint") over ``sources`` in a child process (``rlx_gpu.tools.check.validate``). A crash or a
     hang on a file is a failure of that file with a message; a new child checks the files after it."""
     results, todo = {}, list(sources)
     while todo:
         with tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "rlx_gpu.tools.check.validate", validator], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=err, text=True)
-            lines: queue.Queue = queue.Queue()
-
-            def read(out=proc.stdout):
-                for line in out:
-                    lines.put(line)
-                lines.put(None)
-            threading.Thread(target=read, daemon=True).start()
+            child = _Child(validator, err, {"device": device_sel, "jobs": [_job(s) for s in todo]})
             try:
-                proc.stdin.write(json.dumps({"device": device_sel, "jobs": [_job(s) for s in todo]}))
-                proc.stdin.close()
-            except (BrokenPipeError, OSError):
-                pass
-
-            def next_message(limit):
-                try:
-                    line = lines.get(timeout=limit)
-                except queue.Empty:
-                    return "timeout"
-                return None if line is None else json.loads(line)
-
-            def why_dead():
-                proc.wait()
-                err.seek(0)
-                tail = [ln for ln in err.read().splitlines() if ln.strip()]
-                return _died(proc.returncode) + (f"; it said: {tail[-1].strip()}" if tail else "")
-
-            first = next_message(max(timeout, 120.0))
-            if not isinstance(first, dict) or "ready" not in first:
-                proc.kill()
-                why = first.get("unavailable") if isinstance(first, dict) else (
-                    "it did not start in time" if first == "timeout" else f"it could not start ({why_dead()})")
-                for s in todo:
-                    results[id(s)] = Result(s.name, validator, "unavailable", reason=why)
-                break
-            rest = []
-            for k, s in enumerate(todo):
-                msg = next_message(timeout)
-                if isinstance(msg, dict):
-                    diags = _diagnostics(validator, s, msg["errors"])
-                    results[id(s)] = Result(s.name, validator, "fail" if diags else "pass", diags)
-                    continue
-                if msg == "timeout":
-                    proc.kill()
-                    text = f"the {validator} validator did not finish this file in {timeout:g} s"
-                else:
-                    text = f"the {validator} validator crashed on this file ({why_dead()})"
-                results[id(s)] = Result(s.name, validator, "fail", [s.locate(None, None, text)])
-                rest = todo[k + 1:]
-                break
-            proc.kill()
-            proc.wait()
-            todo = rest
+                todo = _run_child(child, validator, todo, results, timeout)
+            finally:
+                child.proc.kill()
+                child.proc.wait()
     return [results[id(s)] for s in sources if id(s) in results]
+
+
+def _run_child(child: _Child, validator: str, todo: list, results: dict, timeout: float) -> list:
+    """One child's results into ``results``; the sources left for the next child (after a crash or a hang)."""
+    first = child.next_message(max(timeout, 120.0))
+    if not isinstance(first, dict) or "ready" not in first:
+        child.proc.kill()
+        why = first.get("unavailable") if isinstance(first, dict) else (
+            "it did not start in time" if first == "timeout" else f"it could not start ({child.why_dead()})")
+        for s in todo:
+            results[id(s)] = Result(s.name, validator, "unavailable", reason=why)
+        return []
+    for k, s in enumerate(todo):
+        msg = child.next_message(timeout)
+        if isinstance(msg, dict):
+            diags = _diagnostics(validator, s, msg["errors"])
+            results[id(s)] = Result(s.name, validator, "fail" if diags else "pass", diags)
+            continue
+        if msg == "timeout":
+            child.proc.kill()
+            text = f"the {validator} validator did not finish this file in {timeout:g} s"
+        else:
+            text = f"the {validator} validator crashed on this file ({child.why_dead()})"
+        results[id(s)] = Result(s.name, validator, "fail", [s.locate(None, None, text)])
+        return todo[k + 1:]
+    return []
 
 
 def check_wgpu(sources: list, device_sel, timeout: float = 60.0) -> list:

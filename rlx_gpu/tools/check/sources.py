@@ -77,6 +77,8 @@ def shipped() -> list:
     from ...engine.codegen import Signature, engine_text, optimizer_text
     from ...engine.reductions import ReduceMixin
     from ...optim import AdamW  # noqa: F401 (registers every optimizer class)
+    from ...addons.distributed import compression  # noqa: F401 (declares the top-k kernels' parameters)
+    from ...addons.qat import kernels  # noqa: F401 (declares the QAT kernels' arguments)
 
     d = src.shader_dir()
     out = []
