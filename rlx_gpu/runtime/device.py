@@ -74,7 +74,8 @@ class Device:
         # On a CPU adapter device memory is host memory: arenas that the host can map directly make each
         # transfer one memcpy instead of two (measured on llvmpipe: 5-6 GB/s against 2-3 through staging).
         self.host_mappable = (self.info["type"] == "CPU" and "mappable-primary-buffers" in _impl.features(adapter))
-        #: Whether Dawn skips its validation of this device's commands (RLX_GPU_DAWN_SKIP_VALIDATION=1; README).
+        #: Whether Dawn skips its validation of this device's commands (RLX_GPU_DAWN_SKIP_VALIDATION=1;
+        #: docs/guides/webgpu-implementation.md).
         self.skip_validation = _shared["skip_validation"] if _shared else _impl.skip_validation()
         if _device is None:
             _device = _request(adapter, self.host_mappable, self.skip_validation)
