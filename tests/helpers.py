@@ -41,6 +41,20 @@ def snapshot(opt):
              for n, st in sd["state"].items()})
 
 
+def steps_with_a_skip(gpu, twin, make_grads, steps: int, bad_step: int, bad: tuple) -> None:
+    """``steps`` steps of ``gpu`` and ``twin`` on ``make_grads()`` (a fresh dict each step), with an inf at ``bad`` =
+    (name, index) on step ``bad_step``: both skip it and the GPU optimizer changes nothing, bit for bit."""
+    for s in range(steps):
+        g = make_grads()
+        if s == bad_step:
+            g[bad[0]][bad[1]] = np.inf
+            before = snapshot(gpu)
+        gpu.step(g)
+        twin.step(g)
+        if s == bad_step:
+            assert gpu.last_step_skipped and twin.last_step_skipped and snapshot(gpu) == before
+
+
 def torch_clip(grads: dict, max_norm, norm_type):
     """torch.nn.utils.clip_grad_norm_ on copies of ``grads`` (name -> array): (total norm, clipped grads)."""
     torch = pytest.importorskip("torch", reason="torch is the oracle here")

@@ -1,9 +1,10 @@
-"""Child process of tests/test_tc.py: the subgroup-matrix GEMM on Dawn (wgpudawn), which the package cannot select
-yet (the Dawn implementation is its own issue), so this makes the Dawn device itself.
+"""Child process of tests/test_tc.py: the subgroup-matrix GEMM on Dawn (wgpudawn), whichever implementation the
+test suite runs on.
 
-    python tests/tc_worker.py compile < configs.json   # Tint on Dawn's Null backend: one JSON line per config
-    python tests/tc_worker.py run                       # the GEMM and Newton-Schulz on a Vulkan adapter with
-                                                        # subgroup matrices, against NumPy float64
+    python tests/tc_worker.py compile < configs.json   # Tint on Dawn's Null backend (a device made here): one JSON
+                                                        # line per config
+    python tests/tc_worker.py run < cases.json          # the package's Dawn device (rlx_gpu.set_implementation):
+                                                        # the GEMM and Newton-Schulz cases against NumPy float64
 Output: JSON lines; ``{"unavailable": why}`` where Dawn or the feature is missing."""
 import json
 import os
@@ -61,23 +62,27 @@ def compile_configs():
 
 
 def run_gemms():
-    try:
-        wgpu, adapter, device = dawn_device("Vulkan")
-    except Exception as e:  # no Vulkan adapter for Dawn
-        say(unavailable=f"Dawn found no Vulkan adapter: {type(e).__name__}: {e}")
-        return
+    import rlx_gpu
     from rlx_gpu.linalg import tc
-    from rlx_gpu.runtime.device import Device
-    dev = Device(adapter, _device=device)
+    rlx_gpu.set_implementation("dawn")
+    try:
+        dev = rlx_gpu.get_device()
+    except Exception as e:  # no adapter for Dawn
+        say(unavailable=f"Dawn found no adapter: {type(e).__name__}: {e}")
+        return
     if tc.subgroup_matrix_size(dev) is None:
         say(unavailable=f"{dev.name}: no f16 16x16x16 subgroup-matrix config with f32 results "
                         f"(features: {sorted(f for f in dev.features if 'subgroup' in f)})")
         return
-    say(adapter=dev.name, configs=tc.subgroup_matrix_configs(dev))
-    from tc_cases import gemm_case, ns_case
+    say(adapter=dev.name, configs=tc.subgroup_matrix_configs(dev), robustness=dev.robustness)
+    from tc_cases import gemm_case, grouped_case, ns_case
     for case in json.loads(sys.stdin.read() or "[]"):
-        say(**(ns_case(dev, "subgroup-matrix", **case["ns"]) if "ns" in case else
-               gemm_case(dev, "subgroup-matrix", **case)))
+        if "ns" in case:
+            say(**ns_case(dev, "subgroup-matrix", **case["ns"]))
+        elif "grouped" in case:
+            say(**grouped_case(dev, "subgroup-matrix", *case["grouped"]))
+        else:
+            say(**gemm_case(dev, "subgroup-matrix", **case))
 
 
 if __name__ == "__main__":

@@ -119,6 +119,25 @@ def test_device_features_use_rlx_gpus_names(device):
 
 
 @pytest.mark.gpu
+def test_devices_ask_for_the_tensor_core_features(device):
+    """Every feature of impl.FEATURES the adapter offers is the device's (subgroups, and on Dawn
+    chromium-experimental-subgroup-matrix); Device.subgroup_matrix_configs lists the adapter's configurations only
+    where the device has the feature (empty on wgpu-native and on llvmpipe), and "auto" picks subgroup matrices
+    exactly where an f16 16x16x16 configuration with f32 results is among them."""
+    offered = impl.features(device.adapter)
+    assert {f for f in impl.FEATURES if f in offered} <= device.features
+    configs = device.subgroup_matrix_configs
+    has = "chromium-experimental-subgroup-matrix" in device.features
+    assert has or configs == []
+    if has:
+        assert configs == impl.properties(device.adapter)["subgroup_matrix_configs"]
+    want = any((c["component_type"], c["result_component_type"], c["m"], c["n"], c["k"]) == ("f16", "f32", 16, 16, 16)
+               for c in configs)
+    if "shader-f16" in device.features and not os.environ.get("RLX_GPU_GEMM_PATH"):
+        assert rlx_gpu.linalg.gemm_path("float16", device) == ("subgroup-matrix" if want else "tiled")
+
+
+@pytest.mark.gpu
 def test_version_and_info_name_both(other_implementation):
     r = subprocess.run([sys.executable, "-m", "rlx_gpu", "--version"], capture_output=True, text=True, timeout=120)
     want = "(wgpu-py " if IMPLEMENTATION == "wgpu-native" else "(wgpudawn "
@@ -165,7 +184,7 @@ def test_aliased_bindings_are_one_clear_error_on_both(device):
     assert got[0] == 1.0 and got[64] == 2.0
 
 
-SKIP = """
+TOGGLE = """
 import warnings, numpy as np, rlx_gpu
 d = rlx_gpu.get_device()
 o = rlx_gpu.AdamW({"w": np.ones(1000, np.float32)}, device=d); o.step({"w": np.full(1000, 0.5, np.float32)})
@@ -179,8 +198,9 @@ toggles = []
 if d.implementation == "dawn":
     from wgpudawn.backends.dawn import extras
     toggles = extras.get_toggles(d.device)
-print(d.skip_validation, "skip_validation" in toggles, any("skip_validation" in str(w.message) for w in seen))
+print(%s, %r in toggles, any(%r in str(w.message) for w in seen))
 """
+SKIP = TOGGLE % ("d.skip_validation", "skip_validation", "skip_validation")
 
 
 @pytest.mark.gpu
@@ -189,6 +209,21 @@ def test_skip_validation_only_when_asked_and_never_silently(asked):
     """RLX_GPU_DAWN_SKIP_VALIDATION=1 gives Dawn devices the skip_validation toggle (optimizers still step as their
     twins); a Program on such a device warns. Off by default, and nothing on wgpu-native."""
     r = py(SKIP, RLX_GPU_DAWN_SKIP_VALIDATION=asked)
+    assert r.returncode == 0, r.stderr[-2000:]
+    on = asked == "1" and IMPLEMENTATION == "dawn"
+    assert r.stdout.split() == [str(on)] * 3
+
+
+ROBUST = TOGGLE % ("not d.robustness", "disable_robustness", "robustness")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("asked", ["0", "1"])
+def test_robustness_off_only_when_asked_and_never_silently(asked):
+    """RLX_GPU_DAWN_DISABLE_ROBUSTNESS=1 gives Dawn devices the disable_robustness toggle (what the tensor-core GEMM
+    runs fastest with; optimizers still step as their twins); a Program on such a device warns. Off by default, and
+    nothing on wgpu-native."""
+    r = py(ROBUST, RLX_GPU_DAWN_DISABLE_ROBUSTNESS=asked)
     assert r.returncode == 0, r.stderr[-2000:]
     on = asked == "1" and IMPLEMENTATION == "dawn"
     assert r.stdout.split() == [str(on)] * 3

@@ -5,13 +5,15 @@ Tolerances: GEMM |gpu - float64| <= 2e-5 * max(1, max|ref|) (float32 sums of up 
 float16: see the float16 section below);
 Newton-Schulz (5 steps) 5e-6 absolute (its entries are O(1)); Muon params 2e-6 and momentum buffers 1e-6 after 10
 steps, twin vs torch and GPU vs twin (the NS sums run in other orders; the momentum is elementwise and exact)."""
+import os
+
 import numpy as np
 import pytest
 
 import rlx_gpu
 from rlx_gpu import linalg
 from rlx_gpu.reference.muon import newton_schulz_np
-from helpers import snapshot
+from helpers import snapshot, steps_with_a_skip
 
 pytestmark = pytest.mark.gpu
 
@@ -220,35 +222,84 @@ def test_checked_steps_with_groups_of_other_settings(device):
     assert not opt.last_step_skipped and opt.state_dict()["state"]["a"]["step"] == 2
 
 
-# The float16 path (shaders/gemm16.wgsl; llvmpipe has shader-f16, so CI runs it). Tolerances, measured on llvmpipe:
-# GEMM |gpu - float64| <= 3e-3 * max|ref| (f16 results: 2^-11 relative rounding, plus f16 partial sums of 16
-# products; measured 4.5e-4 to 1.1e-3); Newton-Schulz 6e-3 absolute against the float32 iteration (measured 1.5e-3 to
-# 4.3e-3, where torch's own bfloat16 iteration is 2.7e-3 to 8.0e-3 off it); Muon 10 steps at lr 0.02, params 1e-3
-# against the float32 twin (measured 2.7e-4; the momentum does not pass through Newton-Schulz: 1e-6).
-@pytest.mark.parametrize("shape", [(64, 64), (100, 30), (30, 100), (256, 1024), (1024, 256), (3, 40, 70)])
-def test_newton_schulz_f16_against_float32(shape, device):
+# The float16 paths: "tiled" (shaders/gemm16.wgsl; llvmpipe has shader-f16, so CI runs it), "emulated" (the
+# tensor-core GEMM's kernel with its fragment operations written out: CI runs it on llvmpipe) and "subgroup-matrix"
+# (the tensor cores; where a Dawn device offers them, else skipped, or failed with RLX_GPU_REQUIRE_SUBGROUP_MATRIX=1).
+# Tolerances, measured on llvmpipe: GEMM |gpu - float64| <= 3e-3 * max|ref| (f16 results: 2^-11 relative rounding,
+# plus gemm16's f16 partial sums of 16 products; measured 4.5e-4 to 1.1e-3); Newton-Schulz against the float32
+# iteration 6e-3 absolute on gemm16 (measured 1.5e-3 to 4.3e-3, where torch's own bfloat16 iteration is 2.7e-3 to
+# 8.0e-3 off it) and 2.5e-3 on the tensor-core kernel (f32 sums; measured 6.6e-4 to 1.6e-3: tests/test_tc.py); Muon
+# 10 steps at lr 0.02 against the float32 twin: params 1e-3 on gemm16 (measured 2.5e-4), 3e-4 on the tensor-core
+# kernel (measured 6.6e-5), and against torch.optim.Muon with its own bfloat16 Newton-Schulz 2e-3 (measured 7.2e-4
+# on both: torch's bfloat16 is the larger error); the momentum does not pass through Newton-Schulz: 1e-6.
+F16_PATHS = ["tiled", "emulated", "subgroup-matrix"]
+NS16_TOL = {"tiled": 6e-3, "emulated": 2.5e-3, "subgroup-matrix": 2.5e-3}
+MUON16_TOL = {"tiled": 1e-3, "emulated": 3e-4, "subgroup-matrix": 3e-4}
+SHAPES16 = {**SHAPES, "e": (64, 128), "f": (128, 64), "g": (64, 64)}  # (and whole blocks: D loaded as fragments)
+
+
+def _f16_path(path, device, monkeypatch):
+    """Make "auto" mean ``path`` for float16 work, or skip where the device cannot run it."""
     _needs_f16(device)
+    if path == "subgroup-matrix" and linalg.tc.subgroup_matrix_size(device) is None:
+        if os.environ.get(linalg.tc.REQUIRE_ENV, "") not in ("", "0"):
+            pytest.fail(f"{linalg.tc.REQUIRE_ENV} is set but {device.name} offers no subgroup matrices")
+        pytest.skip(f"{device.name} offers no subgroup matrices")
+    monkeypatch.setenv(linalg.tc.PATH_ENV, path)
+    assert linalg.gemm_path("float16", device) == path
+
+
+@pytest.mark.parametrize("path", F16_PATHS)
+@pytest.mark.parametrize("shape", [(64, 64), (100, 30), (30, 100), (256, 1024), (1024, 256), (3, 40, 70)])
+def test_newton_schulz_f16_against_float32(shape, path, device, monkeypatch):
+    _f16_path(path, device, monkeypatch)
     g = np.random.default_rng(len(shape) + shape[-1]).standard_normal(shape).astype(np.float32)
     ref = np.stack([newton_schulz_np(x) for x in g]) if g.ndim == 3 else newton_schulz_np(g)
     got = linalg.newton_schulz_orth(g, ns_dtype="float16", device=device)
-    assert got.dtype == np.float32 and np.abs(got - ref).max() <= 6e-3
+    assert got.dtype == np.float32 and np.abs(got - ref).max() <= NS16_TOL[path]
     with pytest.raises(ValueError, match="ns_dtype"):
         linalg.newton_schulz_orth(g, ns_dtype="bfloat16", device=device)
 
 
-def test_muon_f16_against_the_float32_twin(device):
-    _needs_f16(device)
+@pytest.mark.parametrize("path", F16_PATHS)
+def test_muon_f16_against_the_float32_twin_and_torch(path, device, monkeypatch):
+    """ns_dtype="float16" on each path: 10 steps against the float32 twin and against torch.optim.Muon (its bfloat16
+    Newton-Schulz, unpatched), every shape of SHAPES16 in one step, a tensor missing a grad at step 3."""
+    _f16_path(path, device, monkeypatch)
+    torch = pytest.importorskip("torch", reason="torch.optim.Muon is an oracle")
     rng = np.random.default_rng(9)
-    params = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
+    params = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES16.items()}
     twin = rlx_gpu.reference.Muon(params, lr=0.02, ns_dtype="float16")
     gpu = rlx_gpu.Muon(params, lr=0.02, ns_dtype="float16", device=device)
-    for _ in range(10):
-        g = {k: rng.standard_normal(v).astype(np.float32) for k, v in SHAPES.items()}
+    assert gpu.ns_path == path
+    tps = {k: torch.nn.Parameter(torch.tensor(v)) for k, v in params.items()}
+    to = torch.optim.Muon(list(tps.values()), lr=0.02)
+    for s in range(10):
+        g = {k: rng.standard_normal(v).astype(np.float32) for k, v in SHAPES16.items() if (s, k) != (3, "e")}
+        for k, t in tps.items():
+            t.grad = torch.tensor(g[k]) if k in g else None
         twin.step(g)
         gpu.step(g)
+        to.step()
     sd = gpu.state_dict()["state"]
-    for k in SHAPES:
-        np.testing.assert_allclose(gpu.params[k].numpy(), twin.params[k], rtol=0, atol=1e-3, err_msg=k)
+    for k in SHAPES16:
+        np.testing.assert_allclose(gpu.params[k].numpy(), twin.params[k], rtol=0, atol=MUON16_TOL[path], err_msg=k)
+        np.testing.assert_allclose(gpu.params[k].numpy(), tps[k].detach().numpy(), rtol=0, atol=2e-3, err_msg=k)
         np.testing.assert_allclose(sd[k]["momentum_buffer"], twin.state[k]["momentum_buffer"], rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="ns_dtype"):
         rlx_gpu.Muon(params, ns_dtype="bfloat16", device=device)
+
+
+@pytest.mark.parametrize("path", ["emulated", "subgroup-matrix"])
+def test_muon_f16_tensor_core_checked_steps(path, device, monkeypatch):
+    """The tensor-core Newton-Schulz inside a checked step: an inf grad skips the step with every buffer
+    bit-identical, the next steps follow the twin (its dispatches fit the indirect-argument buffer)."""
+    _f16_path(path, device, monkeypatch)
+    rng = np.random.default_rng(11)
+    params = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES16.items()}
+    kw = dict(lr=0.02, ns_dtype="float16", skip_nonfinite=True, clip_grad_norm=10.0)
+    gpu, twin = rlx_gpu.Muon(params, **kw, device=device), rlx_gpu.reference.Muon(params, **kw)
+    steps_with_a_skip(gpu, twin, lambda: {k: rng.standard_normal(v).astype(np.float32) for k, v in SHAPES16.items()},
+                      4, 1, ("g", (3, 5)))
+    for k in SHAPES16:
+        np.testing.assert_allclose(gpu.params[k].numpy(), twin.params[k], rtol=0, atol=MUON16_TOL[path], err_msg=k)

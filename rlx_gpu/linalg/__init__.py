@@ -22,7 +22,8 @@ from ..runtime.arena import Arena, DeviceTensor
 from ..runtime.device import get_device
 from .record import (TILE, _bind, _bits, _prm, cholesky_qr_encode, copy_range, frob_scale, gemm,  # noqa: F401
                             ns_dispatches, ns_encode, ns_encode16)
-from .tc import as_f16_buffer, resolve_path, tc_gemm, tc_mm
+from .tc import as_f16_buffer, resolve_path, tc_gemm
+from .tcns import Job, ns_tc  # noqa: F401 (Muon records it)
 from ..runtime.layout import Layout
 
 __all__ = ["matmul", "newton_schulz_orth", "cholesky_qr", "gemm_path", "NS_COEFFICIENTS"]
@@ -168,8 +169,8 @@ def newton_schulz_orth(x, ns_steps: int = 5, ns_coefficients=NS_COEFFICIENTS, ep
         ns_encode(dev, enc, r["buffer"], r["offset"] // 4, batch, m, n, ns_steps, ns_coefficients, eps, keep,
                   f16=ns_dtype == "float16")
     else:
-        ns_encode16(dev, enc, r["buffer"], r["offset"] // 4, batch, m, n, ns_steps, ns_coefficients, eps, keep,
-                    mm=tc_mm(dev, which, batch, keep))
+        ns_tc(dev, enc, [Job(r["buffer"], r["offset"] // 4, batch, m, n)], ns_steps, ns_coefficients, eps, keep,
+              which)
     dev.submit(enc)
     return out if isinstance(x, DeviceTensor) else out.numpy()
 

@@ -1,15 +1,19 @@
-"""The tensor-core GEMM on a device: which path runs (subgroup matrices where the adapter offers them, detected by
+"""The tensor-core GEMM on a device: which path runs (subgroup matrices where the device offers them, detected by
 its subgroup-matrix configurations, never by its name), the kernel configuration for a problem, and recording.
 
 Paths: ``"subgroup-matrix"`` (Dawn's ``chromium-experimental-subgroup-matrix`` with an f16 16x16x16 configuration
 with f32 results: Vulkan's cooperative matrices, the tensor cores on NVIDIA) and ``"emulated"`` (the same kernel
 with the fragment operations written out, on any adapter with shader-f16: what CI runs on llvmpipe). The rest of
 ``rlx_gpu.linalg`` keeps its tiled kernels (``"tiled"``) where neither is asked for.
+
+    tc_gemm(dev, enc, a, b, c, M, N, K, mode=..., ta=, tb=, batch=, alpha=, beta=, d=, out=, sym=, ...)
+    tc_gemm_grouped(dev, enc, a, b, c, [Problem(M, N, K, ...), ...], mode=..., ...)   # one dispatch for all
 """
 from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,27 +23,27 @@ from .tcconfig import GEMM_PARAMS, TcConfig
 from .tcgen import ENTRY, generate
 
 __all__ = ["SUBGROUP_MATRIX", "subgroup_matrix_configs", "subgroup_matrix_size", "resolve_path", "choose_config",
-           "tc_gemm", "REQUIRE_ENV"]
+           "tc_gemm", "tc_gemm_grouped", "Problem", "REQUIRE_ENV", "PATH_ENV", "DEFAULT_SM", "DEFAULT_EMULATED"]
 
 SUBGROUP_MATRIX = "chromium-experimental-subgroup-matrix"
 REQUIRE_ENV = "RLX_GPU_REQUIRE_SUBGROUP_MATRIX"
+PATH_ENV = "RLX_GPU_GEMM_PATH"  # what "auto" means for float16 work (tests: "emulated" on llvmpipe)
 PATHS = ("auto", "subgroup-matrix", "emulated", "tiled")
+# The kernels choose_config starts from. On subgroup matrices: the H200's best at 4096^3 and at every Newton-Schulz
+# shape of the first run (benchmarks/logs/h200_tc_gemm_bench_first.jsonl, "s1": 223 TF/s robustness off, 170 on):
+# 128 x 128 blocks of 2 x 2 subgroups with 4 x 4 fragments, K in steps of 32 in one buffer, 8-wide loads, 8 padding
+# halves per row (0: 103 TF/s), blocks in groups of 8 along M. Emulated: 64 x 64 (llvmpipe compiles it faster).
+DEFAULT_SM = TcConfig(stages=1)
+DEFAULT_EMULATED = TcConfig(tm=2, tn=2, stages=1)
 
 
 def subgroup_matrix_configs(dev) -> list:
-    """The adapter's subgroup-matrix configurations (dicts with ``component_type``, ``result_component_type``,
-    ``m``, ``n``, ``k``, ``min_subgroup_size``, ``max_subgroup_size``), empty where the device has not the feature
-    (wgpu-native has none; Dawn lists them through ``extras.get_adapter_properties``)."""
+    """The device's subgroup-matrix configurations (dicts with ``component_type``, ``result_component_type``,
+    ``m``, ``n``, ``k``, ``min_subgroup_size``, ``max_subgroup_size``): ``Device.subgroup_matrix_configs``, empty
+    where the device has not the feature (wgpu-native never has it)."""
     if SUBGROUP_MATRIX not in dev.features or "subgroups" not in dev.features:
         return []
-    known = getattr(dev, "subgroup_matrix_configs", None)
-    if known is not None:
-        return list(known)
-    try:
-        from wgpudawn.backends.dawn import extras
-        return list(extras.get_adapter_properties(dev.adapter).get("subgroup_matrix_configs", []))
-    except Exception:  # not a Dawn adapter, or a wgpudawn without the query: no configuration known
-        return []
+    return list(getattr(dev, "subgroup_matrix_configs", None) or [])
 
 
 def subgroup_matrix_size(dev) -> int | None:
@@ -52,9 +56,15 @@ def subgroup_matrix_size(dev) -> int | None:
 
 
 def resolve_path(dev, path: str, who: str) -> str:
-    """The path that runs for ``path`` ("auto": subgroup matrices where the adapter has them, else "tiled")."""
+    """The path that runs for ``path`` ("auto": ``RLX_GPU_GEMM_PATH`` if set, else subgroup matrices where the device
+    has them, else "tiled")."""
     if path not in PATHS:
         raise ValueError(f"{who}: path must be one of {PATHS}, got {path!r}")
+    env = os.environ.get(PATH_ENV, "").strip()
+    if path == "auto" and env not in ("", "auto"):
+        if env not in PATHS:
+            raise ValueError(f"{who}: {PATH_ENV}={env!r}: expected one of {PATHS}")
+        path = env
     if path in ("auto", "subgroup-matrix"):
         if subgroup_matrix_size(dev) is not None:
             return "subgroup-matrix"
@@ -68,39 +78,65 @@ def resolve_path(dev, path: str, who: str) -> str:
     return path
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One GEMM of a grouped dispatch: C = alpha op(A) op(B) (+ beta D) for ``batch`` matrices; ``offsets`` (A, B,
+    C, D) and ``strides`` (batch strides of A, B, C; D's is C's) in elements; ``lds``: row strides of A, B, C (D's
+    is C's; default: packed)."""
+    M: int
+    N: int
+    K: int
+    batch: int = 1
+    alpha: float = 1.0
+    beta: float = 0.0
+    offsets: tuple = (0, 0, 0, 0)
+    strides: tuple | None = None
+    lds: tuple | None = None
+
+    def dims(self, ta: bool, tb: bool) -> tuple:
+        """(lda, ldb, ldc, a stride, b stride, c stride)."""
+        lda, ldb, ldc = self.lds or ((self.M if ta else self.K), (self.K if tb else self.N), self.N)
+        return (lda, ldb, ldc, *(self.strides or (self.M * self.K, self.K * self.N, self.M * self.N)))
+
+
 def _aligned(*xs) -> bool:
     return all(int(x) % 8 == 0 for x in xs)
 
 
 def choose_config(dev, mode, M, N, K, *, ta=False, tb=False, out="f32", epi="none", offsets=(0, 0, 0, 0),
-                  strides=None, lds=None, base: TcConfig | None = None) -> TcConfig:
-    """The kernel configuration for one problem: ``base`` (default: 128 x 128 blocks of 2 x 2 subgroups with 4 x 4
-    fragments on subgroup matrices; 64 x 64 emulated) with bounds checks only where the shape needs them, 8-wide
-    loads where the operands' rows and offsets allow them, and the fragment store into C where nothing else is
-    asked; K steps and double buffering reduced until the workgroup memory fits the device."""
+                  strides=None, lds=None, base: TcConfig | None = None, sym=False, alpha=1.0,
+                  problems=None) -> TcConfig:
+    """The kernel configuration for one problem (or for all of ``problems``, one dispatch): ``base`` (default:
+    :data:`DEFAULT_SM` / :data:`DEFAULT_EMULATED`) with bounds checks only where a shape needs them, 8-wide loads
+    and packed float16 stores where rows and offsets allow them, D loaded before the K loop (whole blocks, alpha
+    != 0), the fragment store into C for float32 results (with a ``base``: where it asks for it); the steps of
+    :func:`fit` until the workgroup memory fits the device. ``sym``: C is symmetric (kept for square blocks)."""
     sm = mode == "subgroup-matrix"
-    cfg = base or (TcConfig() if sm else TcConfig(tm=2, tn=2))
-    cfg = cfg.with_(mode=mode, ta=ta, tb=tb, out=out, epi=epi,
+    probs = problems or [Problem(M, N, K, alpha=alpha, offsets=offsets, strides=strides, lds=lds)]
+    cfg = base or (DEFAULT_SM if sm else DEFAULT_EMULATED)
+    cfg = cfg.with_(mode=mode, ta=ta, tb=tb, out=out, epi=epi, groups=len(probs), sym=sym and cfg.bm == cfg.bn,
                     subgroup=(subgroup_matrix_size(dev) or cfg.subgroup) if sm else 32)
-    lda, ldb = lds or ((M if ta else K), (K if tb else N))
-    edges = bool(M % cfg.bm or N % cfg.bn or K % cfg.bk)
+    edges = any(p.M % cfg.bm or p.N % cfg.bn or p.K % cfg.bk for p in probs)
     cfg = cfg.with_(edges=edges)
     if cfg.stage in ("coop", "direct") and edges:
         cfg = cfg.with_(stage="vec8")
-    sa, sb = (strides or (M * K, K * N))[:2]
-    if cfg.stage == "vec8" and not _aligned(lda, ldb, offsets[0], offsets[1], sa, sb, M if ta else K,
-                                            K if tb else N):
+    if cfg.stage == "vec8" and not all(_aligned(*p.dims(ta, tb)[:2], *p.offsets[:2], *p.dims(ta, tb)[3:5],
+                                                p.M if ta else p.K, p.K if tb else p.N) for p in probs):
         cfg = cfg.with_(stage="f16")
-    store = base.store if base is not None else "direct"
-    if store == "direct" and (out != "f32" or epi != "none" or edges):
-        store = "scratch"
-    cfg = fit(cfg.with_(store=store), int(dev.limits.get("max-compute-workgroup-storage-size", 16384)))
-    return cfg.with_(edges=cfg.edges or bool(K % cfg.bk)).check()
+    d_start = epi == "d" and not edges and all(p.alpha != 0 for p in probs)
+    cvec = (out == "f16" and not edges and cfg.subgroup == 32
+            and all(_aligned(p.dims(ta, tb)[2], p.offsets[2], p.dims(ta, tb)[5]) for p in probs))
+    can_direct = out == "f32" and not edges and (epi == "none" or d_start)
+    store = "direct" if can_direct and (base is None or base.store == "direct") else "scratch"
+    cfg = cfg.with_(d_at="start" if d_start else "end", d_type=out if d_start else cfg.d_type, store=store,
+                    cvec=cvec and store == "scratch")
+    cfg = fit(cfg, int(dev.limits.get("max-compute-workgroup-storage-size", 16384)))
+    return cfg.with_(edges=cfg.edges or any(p.K % cfg.bk for p in probs)).check()
 
 
 def fit(cfg: TcConfig, limit: int) -> TcConfig:
     """``cfg`` with one epilogue slot, then one stage, then K steps of 16, until its workgroup memory fits."""
-    for shrink in ({"slots": 1}, {"stages": 1}, {"bk": 16}):
+    for shrink in ({"slots": 1}, {"stages": 1, "prefetch": False}, {"bk": 16}):
         if cfg.smem_bytes() <= limit:
             break
         cfg = cfg.with_(**shrink)
@@ -115,32 +151,56 @@ def source(cfg: TcConfig) -> str:
 
 def tc_gemm(dev, enc, a, b, c, M, N, K, *, mode, ta=False, tb=False, batch=1, alpha=1.0, beta=0.0, d=None,
             out="f32", offsets=(0, 0, 0, 0), strides=None, lds=None, config: TcConfig | None = None, keep=None,
-            cache=None) -> TcConfig:
+            cache=None, sym=False) -> TcConfig:
     """Record ``C = alpha op(A) op(B) (+ beta D)`` for ``batch`` matrices on the tensor-core GEMM (``mode``:
     "subgroup-matrix" or "emulated"). ``a``, ``b``: buffers of float16 (op(A) is M x K, op(B) K x N; ``ta``/``tb``:
-    stored transposed); ``c``: float32 or float16 (``out``); ``d``: an optional read-only buffer of C's dtype
-    (``beta`` applies to it; it may be ``a`` or ``b`` but not ``c``); ``offsets``, ``strides``: element offsets and
-    batch strides of A, B, C, D; ``lds``: row strides (default: packed). ``config``: a kernel configuration to use
-    (else :func:`choose_config`). Returns the configuration that was recorded."""
-    epi = "none" if d is None else "d"
+    stored transposed); ``c``: float32 or float16 (``out``); ``d``: an optional read-only buffer (of C's dtype; it
+    may be ``a`` or ``b`` but not ``c``; ``beta`` applies to it); ``offsets``, ``strides``: element offsets (A, B,
+    C, D) and batch strides (A, B, C); ``lds``: row strides (A, B, C; default: packed). ``sym``: the caller knows C
+    is symmetric (op(A) op(B) and D are): half the blocks are computed. ``config``: the kernel configuration (else
+    :func:`choose_config`'s). Returns the configuration that was recorded."""
+    p = Problem(M, N, K, batch, alpha, beta, tuple(offsets), strides, lds)
+    return tc_gemm_grouped(dev, enc, a, b, c, [p], mode=mode, ta=ta, tb=tb, d=d, out=out, config=config, keep=keep,
+                           cache=cache, sym=sym)
+
+
+def tc_gemm_grouped(dev, enc, a, b, c, problems, *, mode, ta=False, tb=False, d=None, out="f32",
+                    config: TcConfig | None = None, keep=None, cache=None, sym=False) -> TcConfig:
+    """:func:`tc_gemm` for several :class:`Problem`\\ s on the same buffers, in one dispatch (at most 64)."""
+    problems = [q for q in problems if q.batch > 0]
+    if not problems:
+        return config
     if d is not None and d is c:
         raise ValueError("rlx_gpu.linalg: tc_gemm's D must not be C (a buffer is bound read-only or writable)")
-    if config is None:
-        config = choose_config(dev, mode, M, N, K, ta=ta, tb=tb, out=out, epi=epi, offsets=offsets,
-                               strides=strides, lds=lds)
-    cfg = config.check()
-    lda, ldb, ldc = lds or ((M if ta else K), (K if tb else N), N)
-    sa, sb, sc = strides or (M * K, K * N, M * N)
-    tiles_n, tiles_m = -(-N // cfg.bn), -(-M // cfg.bm)
-    words = GEMM_PARAMS.pack(M=M, N=N, K=K, batch=batch, tiles_n=tiles_n, tiles_mn=tiles_n * tiles_m,
-                             a_off=offsets[0], b_off=offsets[1], c_off=offsets[2], d_off=offsets[3], a_bs=sa, b_bs=sb,
-                             c_bs=sc, d_bs=sc, lda=lda, ldb=ldb, ldc=ldc, ldd=ldc, alpha=alpha, beta=beta)
-    pbuf = _prm(dev, words, "gemm_tc.prm", keep, cache)
-    k = get_kernel(dev, f"gemm_tc:{cfg.name()}", source(cfg), ENTRY)
-    bufs = {"A": a, "B": b, "C": c, "p": pbuf}
+    if sym and any(q.M != q.N for q in problems):
+        raise ValueError("rlx_gpu.linalg: tc_gemm(sym=True) needs square results")
+    epi = "none" if d is None else "d"
+    cfg = (config or choose_config(dev, mode, 0, 0, 0, ta=ta, tb=tb, out=out, epi=epi, sym=sym,
+                                   problems=problems)).check()
+    if cfg.groups != len(problems) or (cfg.sym and not sym):
+        raise ValueError(f"rlx_gpu.linalg: config {cfg.name()} is for {cfg.groups} problem(s), sym={cfg.sym}; "
+                         f"given {len(problems)}, sym={sym}")
+    words, first = [], 0
+    for q in problems:
+        lda, ldb, ldc, sa, sb, sc = q.dims(ta, tb)
+        tiles_n, tiles_m = -(-q.N // cfg.bn), -(-q.M // cfg.bm)
+        tiles = tiles_n * (tiles_n + 1) // 2 if cfg.sym else tiles_n * tiles_m
+        o = tuple(q.offsets) + (0,) * (4 - len(q.offsets))
+        words.append(GEMM_PARAMS.pack(M=q.M, N=q.N, K=q.K, batch=q.batch, tiles_n=tiles_n, tiles_mn=tiles,
+                                      a_off=o[0], b_off=o[1], c_off=o[2], d_off=o[3], a_bs=sa, b_bs=sb, c_bs=sc,
+                                      d_bs=sc, lda=lda, ldb=ldb, ldc=ldc, ldd=ldc, alpha=q.alpha, beta=q.beta,
+                                      first=first))
+        first += tiles * q.batch
+    pbuf = _prm(dev, np.concatenate(words), "gemm_tc.prm", keep, cache)
+    k = cache.get(("gemm_tc", cfg)) if cache is not None else None
+    if k is None:  # (get_kernel hashes the source text: a caller's cache skips that from the second call)
+        k = get_kernel(dev, f"gemm_tc:{cfg.name()}", source(cfg), ENTRY)
+        if cache is not None:
+            cache[("gemm_tc", cfg)] = k
+    bufs = {"A": a, "B": b, "C": c, "p": pbuf, "P": pbuf}
     if d is not None:
         bufs["D"] = d
-    k.dispatch(enc, _bind(k, cache, bufs), tiles_n * tiles_m * batch)
+    k.dispatch(enc, _bind(k, cache, bufs), first)
     return cfg
 
 
@@ -150,19 +210,3 @@ def as_f16_buffer(dev, x: np.ndarray, label: str):
     if flat.size % 2:
         flat = np.append(flat, np.float16(0))
     return dev.buffer(max(4, flat.nbytes), label, data=flat)
-
-
-def tc_mm(dev, mode: str, batch: int, keep, cache=None, configs: dict | None = None):
-    """Newton-Schulz's GEMM (:func:`~rlx_gpu.linalg.record.ns_encode16`'s ``mm``) on the tensor-core GEMM, float16
-    in and out, f32 accumulation, D read by the epilogue. ``configs``: (M, N, K, ta, tb) -> a kernel
-    configuration, where one is wanted other than :func:`choose_config`'s."""
-
-    def mm(enc, A, B, C, M, N, K, alpha, beta, D, ta, tb, strides):
-        cfg = (configs or {}).get((M, N, K, ta, tb))
-        if cfg is not None:
-            cfg = choose_config(dev, mode, M, N, K, ta=ta, tb=tb, out="f16", epi="none" if D is None else "d",
-                                strides=strides, base=cfg)
-        tc_gemm(dev, enc, A, B, C, M, N, K, mode=mode, ta=ta, tb=tb, batch=batch, alpha=alpha, beta=beta, d=D,
-                out="f16", strides=strides, config=cfg, keep=keep, cache=cache)
-    return mm
-

@@ -3,7 +3,9 @@ docstring of ``tcconfig.py``). One text for both modes: only the fragment operat
 """
 from __future__ import annotations
 
-from .tcconfig import F, GEMM_PARAMS, FragmentOps, TcConfig
+from .tcconfig import F, GEMM_PARAMS, TcConfig
+from . import tcepi as epi
+from .tcfrag import FragmentOps
 
 __all__ = ["generate", "ENTRY"]
 
@@ -15,7 +17,7 @@ def generate(cfg: TcConfig) -> str:
     """The WGSL module of ``cfg`` (entry point :data:`ENTRY`)."""
     cfg.check()
     ops = FragmentOps(cfg)
-    body = [*_prologue(cfg, ops), *_kloop(cfg, ops), *_epilogue(cfg, ops)]
+    body = [*_prologue(cfg, ops), *_kloop(cfg, ops), *epi.epilogue(cfg, ops)]
     return "\n".join([*_header(cfg), *body, "}", ""])
 
 
@@ -33,13 +35,15 @@ def _header(cfg: TcConfig) -> list:
     vec = cfg.stage == "vec8"
     ot = cfg.out
     lines = ["enable f16;"] + (["enable subgroups;", "enable chromium_experimental_subgroup_matrix;"] if sm else [])
+    params = (f"var<storage, read> P: array<GemmParams, {cfg.groups}>;" if cfg.groups > 1
+              else "var<storage, read> p: GemmParams;")
     lines += [f"// rlx_gpu tensor-core GEMM ({cfg.mode}): {cfg.name()}", GEMM_PARAMS.wgsl(),
               f"@group(0) @binding(0) var<storage, read> A: array<{'vec4<u32>' if vec else 'f16'}>;",
               f"@group(0) @binding(1) var<storage, read> B: array<{'vec4<u32>' if vec else 'f16'}>;",
-              f"@group(0) @binding(2) var<storage, read_write> C: array<{ot}>;",
-              "@group(0) @binding(3) var<storage, read> p: GemmParams;"]
+              f"@group(0) @binding(2) var<storage, read_write> C: array<{'vec4<u32>' if cfg.cvec else ot}>;",
+              f"@group(0) @binding(3) {params}"]
     if cfg.epi == "d":
-        lines.append(f"@group(0) @binding(4) var<storage, read> D: array<{ot}>;")
+        lines.append(f"@group(0) @binding(4) var<storage, read> D: array<{cfg.dtype_d}>;")
     if cfg.stage != "direct":
         for x in "AB":
             rows, _, ld = cfg.tiles(x)
@@ -48,6 +52,7 @@ def _header(cfg: TcConfig) -> list:
                          else f"var<workgroup> {x}s: array<f16, {n}>;")
     if cfg.store == "scratch":
         lines.append(f"var<workgroup> Sc: array<f32, {cfg.slots * cfg.wm * cfg.wn * F * F}>;")
+    lines += epi.declarations(cfg)
     sg = (", @builtin(subgroup_id) sid: u32, @builtin(subgroup_invocation_id) sil: u32" if sm else "")
     lines += [f"@compute @workgroup_size({cfg.threads})",
               f"fn {ENTRY}(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, "
@@ -55,22 +60,38 @@ def _header(cfg: TcConfig) -> list:
     return lines
 
 
-def _prologue(cfg: TcConfig, ops: FragmentOps) -> list:
-    sm, S, E = cfg.mode == "subgroup-matrix", cfg.subgroup, ops.e
-    L = ["  let g = wid.x + wid.y * nwg.x;",
-         "  if (g >= p.tiles_mn * p.batch) { return; }",
-         "  let bt = g / p.tiles_mn;",
-         "  let t = g % p.tiles_mn;"]
+def _problem(cfg: TcConfig) -> list:
+    """The workgroup's problem (``p``) and its index ``g`` among that problem's workgroups."""
+    if cfg.groups == 1:
+        return ["  let g = wid.x + wid.y * nwg.x;"]
+    return ["  let g0 = wid.x + wid.y * nwg.x;", "  var gi = 0u;",
+            f"  for (var q = 1u; q < {cfg.groups}u; q++) {{ if (g0 >= P[q].first) {{ gi = q; }} }}",
+            "  let p = P[gi];", "  let g = g0 - p.first;"]
+
+
+def _blocks(cfg: TcConfig) -> list:
+    """The block (bm, bn) of C that workgroup ``t`` of its matrix computes."""
+    if cfg.sym:  # the blocks on and above the diagonal, row by row
+        return ["  var bm = 0u; var left = t;",
+                "  loop { let row = p.tiles_n - bm; if (left < row) { break; } left -= row; bm++; }",
+                "  let bn = bm + left;"]
     if cfg.swizzle > 1:  # groups of `swizzle` block rows, visited column by column (consecutive blocks share B)
         W = cfg.swizzle
-        L += ["  let tiles_m = p.tiles_mn / p.tiles_n;",
-              f"  let first = (t / ({W}u * p.tiles_n)) * {W}u;",
-              f"  let gs = min(tiles_m - first, {W}u);",
-              f"  let tg = t % ({W}u * p.tiles_n);",
-              "  let bm = first + tg % gs;",
-              "  let bn = tg / gs;"]
-    else:
-        L += ["  let bm = t / p.tiles_n;", "  let bn = t % p.tiles_n;"]
+        return ["  let tiles_m = p.tiles_mn / p.tiles_n;",
+                f"  let first = (t / ({W}u * p.tiles_n)) * {W}u;",
+                f"  let gs = min(tiles_m - first, {W}u);",
+                f"  let tg = t % ({W}u * p.tiles_n);",
+                "  let bm = first + tg % gs;",
+                "  let bn = tg / gs;"]
+    return ["  let bm = t / p.tiles_n;", "  let bn = t % p.tiles_n;"]
+
+
+def _prologue(cfg: TcConfig, ops: FragmentOps) -> list:
+    sm, S, E = cfg.mode == "subgroup-matrix", cfg.subgroup, ops.e
+    L = [*_problem(cfg),
+         "  if (g >= p.tiles_mn * p.batch) { return; }",
+         "  let bt = g / p.tiles_mn;",
+         "  let t = g % p.tiles_mn;", *_blocks(cfg)]
     L += [f"  let m0 = bm * {cfg.bm}u;", f"  let n0 = bn * {cfg.bn}u;",
           f"  let sg = {'sid' if sm else f'lid / {S}u'};", f"  let lane = {'sil' if sm else f'lid % {S}u'};",
           f"  let er = lane * {E}u / 16u;", f"  let ec = (lane * {E}u) % 16u;",
@@ -80,7 +101,7 @@ def _prologue(cfg: TcConfig, ops: FragmentOps) -> list:
         L += ["  " + ops.acc(f"c{i}_{j}") for i in range(cfg.tm) for j in range(cfg.tn)]
     else:
         L.append(f"  var acc: array<array<f32, {ops.e}>, {cfg.tm * cfg.tn}>;")
-    return L
+    return L + epi.d_prologue(cfg, ops)
 
 
 def _copy(cfg: TcConfig, ops: FragmentOps, x: str, what: str, arg: str) -> list:
@@ -187,6 +208,10 @@ def _kloop(cfg: TcConfig, ops: FragmentOps) -> list:
     L = [f"  let nk = (p.K + {bk - 1}u) / {bk}u;", *_copy(cfg, ops, "A", "decl", ""), *_copy(cfg, ops, "B", "decl", "")]
     load = lambda k: _copy(cfg, ops, "A", "load", k) + _copy(cfg, ops, "B", "load", k)  # noqa: E731
     store = lambda b: _copy(cfg, ops, "A", "store", b) + _copy(cfg, ops, "B", "store", b)  # noqa: E731
+    if cfg.stages == 1 and cfg.prefetch:  # the next slice's loads in flight while this one is multiplied
+        return L + [*load("0u"), "  for (var kt = 0u; kt < nk; kt++) {", *store("0u"), "  workgroupBarrier();",
+                    "  if (kt + 1u < nk) {", *load(f"(kt + 1u) * {bk}u"), "  }",
+                    *_compute(cfg, ops, "0u"), "  workgroupBarrier();", "  }"]
     if cfg.stages == 1:
         return L + ["  for (var kt = 0u; kt < nk; kt++) {", *load(f"kt * {bk}u"), *store("0u"), "  workgroupBarrier();",
                     *_compute(cfg, ops, "0u"), "  workgroupBarrier();", "  }"]
@@ -196,36 +221,3 @@ def _kloop(cfg: TcConfig, ops: FragmentOps) -> list:
                 *_compute(cfg, ops, "cur"),
                 "  if (kt + 1u < nk) {", *store("1u - cur"), "  }",
                 "  workgroupBarrier();", "  }"]
-
-
-def _epilogue(cfg: TcConfig, ops: FragmentOps) -> list:
-    """Each fragment to C: unrolled on subgroup matrices (fragment ``c<i>_<j>``), a loop emulated (``acc[q]``)."""
-    n = cfg.tm * cfg.tn
-    if ops.sm:
-        frags = [(f"c{q // cfg.tn}_{q % cfg.tn}", f"{F * (q // cfg.tn)}u", f"{F * (q % cfg.tn)}u", f"{q}u")
-                 for q in range(n)]
-    else:
-        frags = [("acc[q]", f"(q / {cfg.tn}u) * 16u", f"(q % {cfg.tn}u) * 16u", "q")]
-    L = []
-    for q, (c, i, j, qe) in enumerate(frags):
-        L += _store_frag(cfg, ops, c, i, j, qe, last=ops.sm and q == n - 1)
-    return L if ops.sm else [f"  for (var q = 0u; q < {n}u; q++) {{", *L, "  }"]
-
-
-def _store_frag(cfg: TcConfig, ops: FragmentOps, c: str, i: str, j: str, q: str, last: bool) -> list:
-    """Fragment ``c`` (rows m0 + sm0 + ``i``, columns n0 + sn0 + ``j``; number ``q``) into C: straight (a fragment
-    store) or through its subgroup's scratch slot, each lane then writing its elements masked and rounded."""
-    if cfg.store == "direct":
-        at = f"cbase + (m0 + sm0 + {i}) * p.ldc + n0 + sn0 + {j}"
-        return [f"  {ops.scale(c, 'p.alpha')} {ops.store('C', at, c, 'p.ldc')}"]
-    cast = "f16(v)" if cfg.out == "f16" else "v"
-    inb = "m < p.M && n < p.N" if cfg.edges else "true"
-    d = " if (p.beta != 0.0) { v = v + p.beta * f32(D[dbase + m * p.ldd + n]); }" if cfg.epi == "d" else ""
-    slot = f"(sg * {cfg.slots}u + ({q}) % {cfg.slots}u) * 256u"
-    L = [f"  {ops.store('Sc', slot, c, '16u')}", "  workgroupBarrier();",
-         f"  for (var e = 0u; e < {ops.e}u; e++) {{ let idx = lane * {ops.e}u + e;"
-         f" let m = m0 + sm0 + {i} + idx / 16u; let n = n0 + sn0 + {j} + idx % 16u;"
-         f" if ({inb}) {{ var v = p.alpha * Sc[{slot} + idx];{d} C[cbase + m * p.ldc + n] = {cast}; }} }}"]
-    if cfg.slots == 1 and not last:  # (two slots: the next fragment's barrier separates them)
-        L.append("  workgroupBarrier();")
-    return L

@@ -17,9 +17,11 @@ class Muon(MatrixOptimizer):
 
     Newton-Schulz (``rlx_gpu.linalg.newton_schulz_orth``): X = u / max(|u|_F, eps) (transposed when rows > cols),
     then ``ns_steps`` times A = X X^T, B = b A + c A A, X = a X + B X. torch runs it in bfloat16 on tensor cores;
-    here float32 GEMMs, or with ``ns_dtype="float16"`` float16 ones (packed f16 products, partial sums added in
-    float32; adapters with shader-f16). 2-D float32 tensors only (others: ValueError; route
-    them to AdamW). The matrices of one shape are orthogonalised in one batched set of dispatches.
+    here float32 GEMMs (the matrices of one shape batched in one set of dispatches), or with
+    ``ns_dtype="float16"`` float16 operands: on the tensor cores where the device has subgroup matrices (Dawn;
+    f32 sums; every shape in one set of dispatches per step: ``rlx_gpu.linalg.ns_tc``), else gemm16 (packed f16
+    products, partial sums added in float32; adapters with shader-f16). ``ns_path`` says which. 2-D float32
+    tensors only (others: ValueError; route them to AdamW).
 
     Args:
         params: dict name -> 2-D float32 array, torch tensors, or a list of param-group dicts.
@@ -80,14 +82,35 @@ class Muon(MatrixOptimizer):
         dev.queue.write_buffer(self._mp, 0, words)
         km, ka = self._k("muon_momentum"), self._k("muon_apply")
         for shape, base, count, steps, coeffs, eps, dt, rows in jobs:
-            scratch = self._scratch[shape]
             for (r, b, c, ln) in rows:
-                km.dispatch(enc, self._mbind(km, r, b, c, scratch), -(-ln // 256))
-            linalg.ns_encode(dev, enc, scratch, base * shape[0] * shape[1], count, shape[0], shape[1], steps, coeffs,
-                             eps, keep, self._cache, capacity=len(self._groups[shape]), f16=dt == "float16")
+                km.dispatch(enc, self._mbind(km, r, b, c, self._scratch[shape]), -(-ln // 256))
+        self._newton_schulz(enc, jobs, keep)
+        for shape, base, count, steps, coeffs, eps, dt, rows in jobs:
             for (r, b, c, ln) in rows:
-                ka.dispatch(enc, self._mbind(ka, r, b, c, scratch), -(-ln // 256))
+                ka.dispatch(enc, self._mbind(ka, r, b, c, self._scratch[shape]), -(-ln // 256))
         self._keep = keep  # (the parameter buffers of this step's GEMMs, until the next step)
+
+    @property
+    def ns_path(self) -> str:
+        """The GEMM that float16 Newton-Schulz runs on for this device (``rlx_gpu.linalg.gemm_path``:
+        "subgroup-matrix", "emulated" or "tiled"); float32 Newton-Schulz always runs "tiled"."""
+        return linalg.gemm_path("float16", self.device)
+
+    def _newton_schulz(self, enc, jobs, keep) -> None:
+        """float32 jobs one by one on the tiled GEMMs; float16 ones on the tensor-core GEMM all shapes together, one
+        set of dispatches per setting (or one by one on gemm16 where the device has no tensor-core path)."""
+        dev, grouped = self.device, {}
+        path = self.ns_path if any(j[6] == "float16" for j in jobs) else "tiled"
+        for shape, base, count, steps, coeffs, eps, dt, rows in jobs:
+            m, n = shape
+            if dt == "float16" and path != "tiled":
+                job = linalg.Job(self._scratch[shape], base * m * n, count, m, n, len(self._groups[shape]))
+                grouped.setdefault((steps, coeffs, eps), []).append(job)
+                continue
+            linalg.ns_encode(dev, enc, self._scratch[shape], base * m * n, count, m, n, steps, coeffs, eps, keep,
+                             self._cache, capacity=len(self._groups[shape]), f16=dt == "float16")
+        for (steps, coeffs, eps), js in grouped.items():
+            linalg.ns_tc(dev, enc, js, steps, coeffs, eps, keep, path, self._cache)
 
     def _mbind(self, k, r, b, c, scratch):
         key = ("muon", k.entry, r, id(scratch), id(b.states.get("momentum_buffer")))

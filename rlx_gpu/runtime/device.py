@@ -22,22 +22,6 @@ from .discovery import NoAdapterError, _describe, _select_at, _wgpu, adapters
 
 __all__ = ["Device", "DeviceLostError", "NoAdapterError", "adapters", "get_device"]
 
-# Limits we ask for at the adapter's own value (wgpu's defaults are far smaller).
-_LIMITS = (
-    "max-storage-buffer-binding-size",
-    "max-buffer-size",
-    "max-storage-buffers-per-shader-stage",
-    "max-compute-workgroups-per-dimension",
-    "max-compute-invocations-per-workgroup",
-    "max-compute-workgroup-size-x",
-    "max-compute-workgroup-storage-size",
-    "min-storage-buffer-offset-alignment",
-    "max-bind-groups",
-)
-# Features requested where the adapter has them. implicit-device-synchronization is Dawn's (wgpu-native's devices
-# are always thread-safe): without it a Dawn device must not be called from two threads at once, and several
-# optimizers on one device may step from several threads (rlx_gpu.core.sync).
-_FEATURES = ("timestamp-query", "shader-f16", "implicit-device-synchronization")
 class DeviceLostError(RuntimeError):
     """Raised when the wgpu device is gone (``destroy()``, a driver reset, a GPU removed). Everything on it is lost:
     make a new optimizer (from a checkpoint); ``get_device`` gives a fresh device for the same adapter."""
@@ -77,8 +61,11 @@ class Device:
         #: Whether Dawn skips its validation of this device's commands (RLX_GPU_DAWN_SKIP_VALIDATION=1;
         #: docs/guides/webgpu-implementation.md).
         self.skip_validation = _shared["skip_validation"] if _shared else _impl.skip_validation()
+        #: Whether out-of-bounds accesses in shaders are clamped (False only on Dawn with
+        #: RLX_GPU_DAWN_DISABLE_ROBUSTNESS=1: every kernel on the device unchecked, for the tensor cores' speed; README).
+        self.robustness = _shared["robustness"] if _shared else _impl.robustness()
         if _device is None:
-            _device = _request(adapter, self.host_mappable, self.skip_validation)
+            _device = _request(adapter, self.host_mappable, self.skip_validation, self.robustness)
         self.wgpu = wgpu
         self.device = _device
         self.queue = _device.queue
@@ -101,7 +88,7 @@ class Device:
         self._shared = _shared if _shared is not None else {
             "pipelines": LRU(PIPELINES_KEPT), "modules": LRU(MODULES_KEPT), "lock": threading.RLock(),
             "io": threading.RLock(), "lost": None,
-            "skip_validation": self.skip_validation}
+            "skip_validation": self.skip_validation, "robustness": self.robustness}
         if _shared is None and not self.host_mappable:
             # Staging buffers are made before any arena: on the H200, staging made after large buffers had
             # been freed left every kernel 10-25% slower for the life of the process (PERF_NOTES.md, 11).
@@ -113,6 +100,16 @@ class Device:
     @property
     def name(self) -> str:
         return self.info["name"]
+
+    @property
+    def subgroup_matrix_configs(self) -> list:
+        """The adapter's subgroup-matrix configurations (dicts: ``component_type``, ``result_component_type``,
+        ``m``, ``n``, ``k``, ``min_subgroup_size``, ``max_subgroup_size``) where this device has the feature
+        ``chromium-experimental-subgroup-matrix`` (Dawn), else []."""
+        if "smc" not in self._shared:
+            has = "chromium-experimental-subgroup-matrix" in self.features
+            self._shared["smc"] = _impl.properties(self.adapter).get("subgroup_matrix_configs", []) if has else []
+        return list(self._shared["smc"])
 
     @property
     def wgpu_device(self):
@@ -254,12 +251,12 @@ class Device:
         dst.unmap()
 
 
-def _request(adapter, host_mappable: bool, skip_validation: bool):
+def _request(adapter, host_mappable: bool, skip_validation: bool, robustness: bool):
     """A device on ``adapter`` with its real limits and the features rlx_gpu uses that it has."""
     lim, have = adapter.limits, _impl.features(adapter)
-    required = {k: lim[k] for k in _LIMITS if k in lim}
-    feats = [f for f in _FEATURES if f in have] + (["mappable-primary-buffers"] if host_mappable else [])
-    device = _impl.request_device(adapter, feats, required, skip_validation)
+    required = {k: lim[k] for k in _impl.LIMITS if k in lim}
+    feats = [f for f in _impl.FEATURES if f in have] + (["mappable-primary-buffers"] if host_mappable else [])
+    device = _impl.request_device(adapter, feats, required, skip_validation, robustness)
     _poll_without_blocking(device)
     return device
 

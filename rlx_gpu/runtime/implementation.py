@@ -20,8 +20,10 @@ import importlib
 import os
 import threading
 
-__all__ = ["NAMES", "DEFAULT", "DAWN_TOGGLES", "set_implementation", "implementation", "wgpu", "load", "versions",
-           "features", "native_feature", "properties", "toggles", "skip_validation", "request_device"]
+__all__ = ["NAMES", "DEFAULT", "DAWN_TOGGLES", "LIMITS", "FEATURES", "set_implementation", "implementation", "wgpu",
+           "load", "versions", "features", "native_feature", "subgroup_directive", "properties", "toggles",
+           "skip_validation", "robustness",
+           "request_device"]
 
 NAMES = ("wgpu-native", "dawn")
 DEFAULT = "wgpu-native"
@@ -34,7 +36,20 @@ DAWN_TOGGLES = ("allow_unsafe_apis", "vulkan_enable_f16_on_nvidia")
 _SPELLING = {"wgpu-native": {"subgroups": "subgroup"},
              "dawn": {"mappable-primary-buffers": "buffer-map-extended-usages"}}
 
+# Limits a device asks for at the adapter's own value (wgpu's defaults are far smaller).
+LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage",
+          "max-compute-workgroups-per-dimension", "max-compute-invocations-per-workgroup",
+          "max-compute-workgroup-size-x", "max-compute-workgroup-storage-size",
+          "min-storage-buffer-offset-alignment", "max-bind-groups")
+# Features a device asks for where the adapter has them (rlx_gpu's spelling). implicit-device-synchronization is
+# Dawn's (wgpu-native's devices are always thread-safe): without it a Dawn device must not be called from two
+# threads at once, and several optimizers on one device may step from several threads (rlx_gpu.core.sync).
+# subgroups and chromium-experimental-subgroup-matrix: the tensor-core GEMM (rlx_gpu.linalg.tc; Dawn offers the
+# second with allow_unsafe_apis).
+FEATURES = ("timestamp-query", "shader-f16", "implicit-device-synchronization", "subgroups",
+            "chromium-experimental-subgroup-matrix")
 SKIP_ENV = "RLX_GPU_DAWN_SKIP_VALIDATION"
+ROBUST_ENV = "RLX_GPU_DAWN_DISABLE_ROBUSTNESS"
 _state: dict = {"chosen": None, "module": None, "name": None}
 _lock = threading.RLock()
 
@@ -131,6 +146,12 @@ def native_feature(feature: str, name: str | None = None) -> str:
     return _SPELLING[implementation() if name is None else name].get(feature, feature)
 
 
+def subgroup_directive() -> bool:
+    """Whether WGSL that uses subgroup operations must say ``enable subgroups;`` (Tint, on Dawn, asks for it; naga,
+    on wgpu-native, refuses it and takes the operations without it)."""
+    return implementation() == "dawn"
+
+
 def properties(adapter) -> dict:
     """What the implementation says about an adapter beyond WebGPU: on Dawn its subgroup-matrix configurations
     (``subgroup_matrix_configs``: m, n, k, component and result types, subgroup sizes; with
@@ -156,12 +177,21 @@ def skip_validation() -> bool:
     return implementation() == "dawn" and os.environ.get(SKIP_ENV, "").strip() == "1"
 
 
-def request_device(adapter, required_features, required_limits, skip: bool = False):
+def robustness() -> bool:
+    """Whether new devices clamp out-of-bounds accesses in shaders (WebGPU's robustness): always, except on Dawn with
+    ``RLX_GPU_DAWN_DISABLE_ROBUSTNESS=1`` (Dawn's ``disable_robustness`` device toggle; README, "Implementations"
+    says what that costs and gives)."""
+    return not (implementation() == "dawn" and os.environ.get(ROBUST_ENV, "").strip() == "1")
+
+
+def request_device(adapter, required_features, required_limits, skip: bool = False, robust: bool = True):
     """``adapter.request_device_sync`` (features in rlx_gpu's spelling), with Dawn's ``skip_validation`` device
-    toggle if ``skip`` (on Dawn only: see :func:`skip_validation`)."""
+    toggle if ``skip`` and its ``disable_robustness`` if not ``robust`` (on Dawn only: see :func:`skip_validation`,
+    :func:`robustness`)."""
     feats = [native_feature(f) for f in required_features]
-    if not (skip and implementation() == "dawn"):
+    dawn_toggles = ([] if not skip else ["skip_validation"]) + ([] if robust else ["disable_robustness"])
+    if not dawn_toggles or implementation() != "dawn":
         return adapter.request_device_sync(required_features=feats, required_limits=required_limits)
     from wgpudawn.backends.dawn import extras
     return extras.request_device_sync(adapter, required_features=feats, required_limits=required_limits,
-                                      enable_toggles=["skip_validation"])
+                                      enable_toggles=dawn_toggles)

@@ -32,6 +32,11 @@ SKIP_WARNING = ("rlx_gpu.Program: this device runs with Dawn's skip_validation (
                 "undefined behaviour instead of an error. Unset RLX_GPU_DAWN_SKIP_VALIDATION while you develop it")
 
 
+ROBUST_WARNING = ("rlx_gpu.Program: this device runs without Dawn's robustness (RLX_GPU_DAWN_DISABLE_ROBUSTNESS=1): an "
+                  "index past an array in your kernel reads or writes whatever memory is there, instead of being "
+                  "clamped. Unset RLX_GPU_DAWN_DISABLE_ROBUSTNESS while you develop it")
+
+
 def _resource(name: str, v):
     if isinstance(v, DeviceTensor):
         b = v.binding()
@@ -69,6 +74,8 @@ class Program:
         self.device = device
         if getattr(device, "skip_validation", False):  # (never silently: docs/guides/webgpu-implementation.md)
             warnings.warn(SKIP_WARNING, RuntimeWarning, stacklevel=2)
+        if not getattr(device, "robustness", True):
+            warnings.warn(ROBUST_WARNING, RuntimeWarning, stacklevel=2)
         self.kernel = get_kernel(device, label, code, entry, **constants)
         #: The storage bindings the entry point uses: {name: (binding index, read-only)}.
         self.bindings = dict(self.kernel.bindings)

@@ -120,6 +120,10 @@ def shipped() -> list:
                       ("qat_kernels.wgsl", {"WG": 256, "EPT": 4})):
         code, origin = src.resolve(d / f)
         out.append(Source(d / f, code, origin, src.entry_points(code), consts))
+    from ...linalg.tcns import NS_IO  # (tcns.wgsl is compiled with its parameter struct after it)
+    code, origin = src.resolve(d / "tcns.wgsl")
+    code, origin = code + "\n" + NS_IO.wgsl() + "\n", origin + [("<generated>", 0)] * 2
+    out.append(Source(d / "tcns.wgsl", code, origin, src.entry_points(code), {}, "NsIo declared after it"))
     return out
 
 

@@ -1,0 +1,182 @@
+"""Newton-Schulz on the tensor-core GEMM, for many batches of matrices at once (Muon's: every shape of a model in one
+set of dispatches): the float32 matrices in and out of float16 (``shaders/tcns.wgsl``), and per step three grouped
+GEMMs (``tc.tc_gemm_grouped``: one dispatch each for every batch), so a whole orthogonalisation is 3 dispatches per
+batch to enter, 3 per step for all batches, 1 per batch to leave.
+
+Every matrix is iterated wide (s = min(m, n) rows, L = max(m, n) columns): a tall one is transposed on the way in and
+back on the way out. The float16 matrices are kept scaled so that their entries are O(1) (X~ = sqrt(L) X, A~ =
+sqrt(s) A, B~ = sqrt(s) B; the GEMMs' alpha undo the products' factors), with f32 sums:
+
+    A~ = (sqrt(s) / L) X~ X~^T                      symmetric: only the blocks on and above the diagonal computed
+    B~ = b A~ + (c / sqrt(s)) A~ A~                 symmetric, A~ loaded as D before the K loop
+    X~ = a X~ + B~ X~ / sqrt(s)                     X~ loaded as D before the K loop
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..runtime import source as src
+from ..runtime.kernels import get_kernel
+from ..runtime.params import Params
+from .record import _bind, _prm
+from .tc import Problem, choose_config, tc_gemm_grouped
+
+__all__ = ["NS_IO", "Job", "ns_tc", "ns_tc_dispatches", "stage_configs", "to_f16", "MAX_GROUPS"]
+
+NS_IO = Params("NsIo", "rows", "cols", "count", "batch", "x_off", "w_off", "p_off", "chunks", "ch", "trans",
+               "tiles_c", "tiles", "eps:f32", "scale:f32")
+MAX_GROUPS = 64  # problems per grouped GEMM dispatch (tcconfig's limit)
+_TILE = 32
+
+
+@dataclass(frozen=True)
+class Job:
+    """``batch`` float32 (m, n) matrices at element ``offset`` of buffer ``x``, orthogonalised in place;
+    ``capacity``: the most matrices a caller gives this job (its work space is made for that many)."""
+    x: object
+    offset: int
+    batch: int
+    m: int
+    n: int
+    capacity: int = 0
+
+
+def ns_tc_dispatches(jobs: int, ns_steps: int) -> int:
+    """The most dispatches :func:`ns_tc` records for ``jobs`` batches."""
+    return 4 * jobs + 3 * ns_steps * -(-jobs // MAX_GROUPS)
+
+
+def _kernel(dev, entry):
+    return get_kernel(dev, "tcns.wgsl", src.load_source("tcns.wgsl") + "\n" + NS_IO.wgsl() + "\n", entry)
+
+
+def to_f16(dev, enc, x, x_off: int, w, w_off: int, count: int, scale: float = 1.0, keep=None, cache=None) -> None:
+    """Record ``w[w_off + i] = f16(x[x_off + i] * scale)`` for ``count`` float32 elements (element offsets): the
+    float16 operands of the tensor-core GEMM from float32 data (values past 65504 after ``scale`` become inf)."""
+    words = NS_IO.pack(rows=1, cols=count, count=count, batch=1, x_off=x_off, w_off=w_off, p_off=0, chunks=0, ch=0,
+                       trans=0, tiles_c=0, tiles=0, eps=0.0, scale=scale)
+    k = _kernel(dev, "to_f16")
+    k.dispatch(enc, _bind(k, cache, {"X": x, "W": w, "p": _prm(dev, words, "tcns.prm", keep, cache)}),
+               -(-count // 256))
+
+
+def _layout(jobs):
+    """Element offsets of each job in the X, A and partial-sum work buffers, and their sizes."""
+    xo = ao = po = 0
+    out = []
+    for j in jobs:
+        cap = max(j.batch, j.capacity)
+        s = min(j.m, j.n)
+        chunks, ch = _chunks(j.m * j.n)
+        out.append((xo, ao, po, chunks, ch))
+        xo += -(-cap * j.m * j.n // 8) * 8
+        ao += -(-cap * s * s // 8) * 8
+        po += cap * (chunks + 1)
+    return out, (xo, ao, po)
+
+
+def _chunks(count: int):
+    """(chunks, elements per chunk) of a matrix's sum of squares: at most 256 chunks, of at least 4096."""
+    ch = max(4096, -(-count // (256 * 256)) * 256)
+    return -(-count // ch), ch
+
+
+def _work(dev, jobs, cache, keep):
+    key = ("tcns", tuple((j.m, j.n, max(j.batch, j.capacity)) for j in jobs))
+    work = cache.get(key) if cache is not None else None
+    if work is None:
+        lay, (xs, as_, ps) = _layout(jobs)
+        work = (lay, dev.buffer(2 * xs, "tcns.X"), dev.buffer(2 * xs, "tcns.Y"), dev.buffer(2 * as_, "tcns.A"),
+                dev.buffer(2 * as_, "tcns.B"), dev.buffer(4 * ps, "tcns.P"))
+        if cache is not None:
+            cache[key] = work
+    keep += list(work[1:])
+    return work
+
+
+def ns_tc(dev, enc, jobs, ns_steps, coeffs, eps, keep, mode, cache=None, bases=None, sym=True) -> None:
+    """Record Newton-Schulz (``ns_steps`` of torch.optim.Muon's quintic with ``coeffs`` = (a, b, c), after X /=
+    max(|X|_F, eps)) on every :class:`Job`, in place, as dispatches only (``enc``: a command encoder or a
+    ``ComputePass``), on the tensor-core GEMM in ``mode`` ("subgroup-matrix" or "emulated"). ``cache``: a dict the
+    caller keeps from step to step (work buffers, parameter buffers, bind groups made once). ``bases``: the kernel
+    configuration to start from per stage ("A", "B", "X"), where not ``tc.choose_config``'s; ``sym=False``: A and B
+    computed whole (an experiment's switch)."""
+    jobs = [j for j in jobs if j.batch > 0]
+    if not jobs:
+        return
+    a, b, c = (float(v) for v in coeffs)
+    lay, xa, xb, amat, bmat, part = _work(dev, jobs, cache, keep)
+    io = [_io(dev, j, at, eps, keep, cache) for j, at in zip(jobs, lay)]
+    for entry in ("ns_part", "ns_norm", "ns_in"):
+        k = _kernel(dev, entry)
+        for j, (prm, groups) in zip(jobs, io):
+            k.dispatch(enc, _bind(k, cache, {"X": j.x, "W": xa, "P": part, "p": prm}), groups[entry])
+    bases = bases or {}
+    for k0 in range(0, len(jobs), MAX_GROUPS):
+        sl = slice(k0, k0 + MAX_GROUPS)
+        key = ("tcns.stages", tuple((j.m, j.n, j.batch, j.capacity) for j in jobs[sl]), (a, b, c), mode, sym,
+               tuple(sorted(bases.items())))
+        stages = cache.get(key) if cache is not None else None
+        if stages is None:
+            stages = _stages(dev, jobs[sl], lay[sl], (a, b, c), mode, bases, sym)
+            if cache is not None:
+                cache[key] = stages
+        _iterate(dev, enc, stages, (xa, xb, amat, bmat), ns_steps, dict(mode=mode, out="f16", keep=keep, cache=cache))
+    cur = xa if ns_steps % 2 == 0 else xb
+    k = _kernel(dev, "ns_out")
+    for j, (prm, groups) in zip(jobs, io):
+        k.dispatch(enc, _bind(k, cache, {"X": j.x, "W": cur, "P": part, "p": prm}), groups["ns_out"])
+
+
+def _io(dev, j: Job, at, eps, keep, cache):
+    """The conversion kernels' parameter buffer for job ``j`` and their workgroup counts."""
+    xo, _, po, chunks, ch = at
+    tall = j.m > j.n
+    tiles_r, tiles_c = -(-j.m // _TILE), -(-j.n // _TILE)
+    words = NS_IO.pack(rows=j.m, cols=j.n, count=j.m * j.n, batch=j.batch, x_off=j.offset, w_off=xo, p_off=po,
+                       chunks=chunks, ch=ch, trans=int(tall), tiles_c=tiles_c, tiles=tiles_r * tiles_c, eps=eps,
+                       scale=float(np.sqrt(max(j.m, j.n))))
+    tiles = j.batch * tiles_r * tiles_c
+    return (_prm(dev, words, "tcns.prm", keep, cache),
+            {"ns_part": j.batch * chunks, "ns_norm": j.batch, "ns_in": tiles, "ns_out": tiles})
+
+
+def _stages(dev, jobs, lay, coeffs, mode, bases, sym=True) -> list:
+    """The three grouped GEMMs of a step on up to MAX_GROUPS jobs (see the module docstring): (stage, problems,
+    tc_gemm_grouped's options, config)."""
+    a, b, c = coeffs
+    pa, pb, px = [], [], []
+    for j, (xo, ao, _, _, _) in zip(jobs, lay):
+        s, L = min(j.m, j.n), max(j.m, j.n)
+        rs, sq, sl = float(np.sqrt(s)), s * s, s * L
+        pa.append(Problem(s, s, L, j.batch, rs / L, 0.0, (xo, xo, ao, 0), (sl, sl, sq), (L, L, s)))
+        pb.append(Problem(s, s, s, j.batch, c / rs, b, (ao, ao, ao, ao), (sq, sq, sq)))  # (B~ where A~ is)
+        px.append(Problem(s, L, s, j.batch, 1.0 / rs, a, (ao, xo, xo, xo), (sq, sl, sl)))
+    out = []
+    for stage, probs, opts in (("A", pa, dict(tb=True, sym=sym)), ("B", pb, dict(epi="d", sym=sym)),
+                               ("X", px, dict(epi="d"))):
+        cfg = choose_config(dev, mode, 0, 0, 0, out="f16", problems=probs, base=(bases or {}).get(stage), **opts)
+        out.append((stage, probs, {k: v for k, v in opts.items() if k != "epi"}, cfg))
+    return out
+
+
+def stage_configs(dev, jobs, mode, bases=None, sym=True) -> dict:
+    """The kernel configuration of each stage ("A", "B", "X") that :func:`ns_tc` runs for ``jobs`` (the first
+    MAX_GROUPS)."""
+    jobs = [j for j in jobs if j.batch > 0][:MAX_GROUPS]
+    lay, _ = _layout(jobs)
+    return {st: cfg for st, _, _, cfg in _stages(dev, jobs, lay, (1.0, 1.0, 1.0), mode, bases, sym)}
+
+
+def _iterate(dev, enc, stages, bufs, ns_steps, gemm) -> None:
+    """The ``ns_steps`` steps, each stage one grouped GEMM (:func:`_stages`)."""
+    xa, xb, amat, bmat = bufs
+    (_, pa, oa, ca), (_, pb, ob, cb), (_, px, ox, cx) = stages
+    cur, other = xa, xb
+    for _ in range(ns_steps):
+        tc_gemm_grouped(dev, enc, cur, cur, amat, pa, config=ca, **oa, **gemm)
+        tc_gemm_grouped(dev, enc, amat, amat, bmat, pb, d=amat, config=cb, **ob, **gemm)
+        tc_gemm_grouped(dev, enc, bmat, cur, other, px, d=cur, config=cx, **ox, **gemm)
+        cur, other = other, cur
