@@ -5,7 +5,7 @@ Loop: AdamW with ``clip_grad_norm=``, a GradScaler read back every step as a loo
 planted every ``--inf-every`` steps, so the scaler skips and backs off), warm-up + cosine LR, a checkpoint written (and, every other time, restored) every
 ``--checkpoint-every`` steps. Then ``--optimizers`` optimizers are created, stepped once and dropped.
 
-Criteria (the README's reliability section): resident memory grows by at most ``--max-rss-mb`` over the loop after
+Criteria (docs/guides/reliability.md, Soak): resident memory grows by at most ``--max-rss-mb`` over the loop after
 warm-up and over the optimizer churn after its first tenth; the median step time of the last ``--window`` steps is
 within ``--max-slowdown`` of the first ``--window`` after warm-up. Exit status 0 when every criterion holds.
 

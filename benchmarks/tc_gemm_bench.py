@@ -162,7 +162,7 @@ class Bench:
     """One run: the devices, the records (JSON lines to $OUT/tc_gemm_bench.jsonl) and the phases in order of worth."""
 
     def __init__(self, budget: float):
-        import torch  # (before any wgpu device: see README, "Import order")
+        import torch  # (before any wgpu device: see docs/guides/pytorch.md, "Import order")
         self.torch = torch if torch.cuda.is_available() else None
         self.t0, self.budget = time.time(), budget
         out = Path(os.environ.get("OUT", "/tmp"))

@@ -15,7 +15,7 @@ import json
 import statistics
 import time
 
-import torch  # (before any wgpu device: README, "Import order")
+import torch  # (before any wgpu device: docs/guides/pytorch.md, "Import order")
 import torch.optim  # noqa: F401
 
 import numpy as np

@@ -1,6 +1,6 @@
 """What docs/gen_pages.py writes into the site, as plain functions (tests/test_docs_site.py checks them without
 mkdocs): the API reference (every public name), one page per optimizer from its declaration and twin, the shared
-options, the list of code blocks that need hardware CI lacks, the architecture page (the README's sections), and the
+options, the list of code blocks that need hardware CI lacks, and the
 fenced code blocks of every page."""
 from __future__ import annotations
 
@@ -178,20 +178,6 @@ def options_page() -> str:
     lines += [f"| `{o.name}` | `{o.default!r}` | {plain(o.doc)}{' (GPU classes only)' if o.gpu_only else ''} |"
               for o in OPTIONS]
     return "\n".join(lines) + "\n"
-
-
-def readme_section(title: str) -> str:
-    """The README's section ``## title``, without its heading."""
-    text = (ROOT / "README.md").read_text()
-    body = text.split(f"\n## {title}\n", 1)[1]
-    return body.split("\n## ", 1)[0].strip("\n") + "\n"
-
-
-def architecture_page() -> str:
-    """The README's "Architecture" and "Tests and tolerances" sections as one page (links made the site's)."""
-    parts = ["# Architecture and tests", "", "## Layers and pieces", "",
-             readme_section("Architecture"), "## Tests and tolerances", "", readme_section("Tests and tolerances")]
-    return "\n".join(parts).replace("](CONTRIBUTING.md)", "](contributing.md)")
 
 
 def pages() -> list:

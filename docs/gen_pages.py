@@ -23,8 +23,6 @@ with mkdocs_gen_files.open("optimizers/options.md", "w") as f:
     f.write(pages.options_page())
 with mkdocs_gen_files.open("optimizers/SUMMARY.md", "w") as f:  # (the site's nav of this section: literate-nav)
     f.write(pages.optimizer_nav())
-with mkdocs_gen_files.open("architecture.md", "w") as f:
-    f.write(pages.architecture_page())
 with mkdocs_gen_files.open("hardware.md", "w") as f:
     f.write(pages.hardware_page())
 for plot in sorted((pages.ROOT / "benchmarks").glob("*.[sp][vn]g")):

@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 
 # torch (and, through torch.optim, triton where pip brought it) is imported before any wgpu device exists: on the
-# CPU Vulkan adapter, importing triton after a device was made crashes the process (README, "Using it from PyTorch").
+# CPU Vulkan adapter, importing triton after a device was made crashes the process (docs/guides/pytorch.md).
 try:
     import torch  # noqa: F401
     import torch.optim  # noqa: F401

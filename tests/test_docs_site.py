@@ -53,13 +53,6 @@ def test_every_optimizer_has_a_page_from_its_declaration():
         assert f"- [{name}]({name}.md)" in docsite.optimizer_nav()  # (the site's nav: no line in mkdocs.yml)
 
 
-def test_architecture_page_is_the_readme_sections():
-    page = docsite.architecture_page()
-    for title in ("Architecture", "Tests and tolerances"):
-        body = docsite.readme_section(title).replace("](CONTRIBUTING.md)", "](contributing.md)")
-        assert body in page and len(body) > 1000, title
-
-
 def _function(path: Path, name: str):
     tree = ast.parse(path.read_text())
     return next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name), None)
@@ -91,10 +84,17 @@ def test_pages_have_python_blocks():
     assert len(PAGES) >= 8 and (ROOT / "docs" / "getting-started.md") in docsite.pages()
 
 
+# What some pages' blocks print (the outputs their comments state; the README's test held these before the move).
+PRINTS = {"guides/mixed-precision.md": "bfloat16 bfloat16", "guides/wgsl.md": "[1. 1. 1.]",
+          "guides/webgpu-implementation.md": "choose the implementation before that"}
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT / "docs")))
 def test_python_blocks_run(page, tmp_path):
-    run_blocks([code for lang, code, need in docsite.blocks(page) if lang in ("python", "py") and not need], tmp_path)
+    out = run_blocks([code for lang, code, need in docsite.blocks(page) if lang in ("python", "py") and not need],
+                     tmp_path)
+    assert PRINTS.get(str(page.relative_to(ROOT / "docs")), "") in out, out[-2000:]
 
 
 def test_shell_blocks_say_where_ci_runs_them():

@@ -160,22 +160,22 @@ def test_functions_are_short():
 
 
 def drawn_layers(text: str) -> dict:
-    """The README's Architecture table: layer -> the layers it says it imports directly."""
-    section = text.split("\n## Architecture\n", 1)[1].split("\n## ", 1)[0]
+    """docs/architecture.md's table: layer -> the layers it says it imports directly."""
+    section = text.split("\n## Layers and pieces\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(\w+)/` \| (.*) \|$", section, re.M)
     return {name: {w for w in re.findall(r"\w+", deps) if w in LAYERS} for name, deps in rows}
 
 
 def test_architecture_drawing_is_the_import_graph():
-    """The README's drawing (the docs' architecture page is made from it) names every layer, and its table says
-    what each layer imports directly, as the code does."""
-    text = (PKG.parent / "README.md").read_text()
+    """docs/architecture.md's drawing names every layer, and its table says what each layer imports directly, as
+    the code does."""
+    text = (PKG.parent / "docs" / "architecture.md").read_text()
     g, direct = graph(), {lay: set() for lay in LAYERS}
     for m, deps in g.items():
         if layer(m) != "facade":
             direct[layer(m)] |= {layer(d) for d in deps if layer(d) not in ("facade", layer(m))}
     assert drawn_layers(text) == direct
-    drawing = text.split("\n## Architecture\n", 1)[1].split("```", 2)[1]
+    drawing = text.split("\n## Layers and pieces\n", 1)[1].split("```", 2)[1]
     assert all(f"{lay}/" in drawing for lay in LAYERS)
 
 

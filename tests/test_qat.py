@@ -71,8 +71,8 @@ def test_per_channel_twin_is_torch(shape, axis):
 
 
 def test_nan_and_inf_as_torch_measured():
-    """What torch 2.13's CPU kernels give (README): per tensor +inf -> quant_max, -inf and NaN -> quant_min; per
-    channel all three -> quant_min; the mask is false for all of them."""
+    """What torch 2.13's CPU kernels give (docs/guides/qat.md): per tensor +inf -> quant_max, -inf and NaN -> quant_min;
+    per channel all three -> quant_min; the mask is false for all of them."""
     x = np.array([np.nan, np.inf, -np.inf], np.float32)
     assert R.fake_quantize_per_tensor_affine(x, 1.0, 0, -128, 127).tolist() == [-128, 127, -128]
     assert R.fake_quantize_per_channel_affine(x[None], [1.0], [0], 0, -128, 127).tolist() == [[-128, -128, -128]]

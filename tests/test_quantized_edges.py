@@ -159,7 +159,8 @@ def test_dequantized_round_trip_is_idempotent(cls_name, opts, bits, device):
 def test_subnormal_blocks_match_the_twin(bits, device):
     """A block whose largest magnitude is subnormal (below 2^-128, where 1 / absmax overflows to inf) takes the
     exact search on the GPU too (before: the table's guess from an infinite v / absmax, off by many codes). Off the
-    CPU adapter a GPU may flush denormals to zero (README, Denormals): there the params within 1e-30."""
+    CPU adapter a GPU may flush denormals to zero (docs/guides/reliability.md, Denormals): there the params within
+    1e-30."""
     p0 = {"w": np.random.default_rng(6).standard_normal(4096).astype(np.float32)}
     g = (np.random.default_rng(7).standard_normal(4096) * 1e-39).astype(np.float32)
     g[:256] *= np.float32(1e-3)

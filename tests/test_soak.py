@@ -1,5 +1,5 @@
-"""The soak in its reduced form (the full one: ``python benchmarks/soak.py``, figures in the README's reliability
-section): 1,500 checked, clipped, scheduled steps with inf steps and checkpoints, then 40 optimizers made and
+"""The soak in its reduced form (the full one: ``python benchmarks/soak.py``, figures in docs/guides/reliability.md,
+Soak): 1,500 checked, clipped, scheduled steps with inf steps and checkpoints, then 40 optimizers made and
 dropped; resident memory may grow by at most 16 MB and the late steps may be at most 10% slower than the early."""
 import json
 import subprocess

@@ -301,7 +301,7 @@ def test_torch_optim_state_dicts_load_directly(device):
 
 def test_sparse_grads_in_torchs_default_layout(device):
     """.to_sparse() on a 2-D grad (two sparse dims) as torch.optim.SparseAdam takes it: only the touched entries
-    change (2e-6 relative: torch's vectorised CPU sqrt, README: Memory)."""
+    change (2e-6 relative: torch's vectorised CPU sqrt, docs/guides/memory.md)."""
     torch.manual_seed(8)
     w, wt = torch.nn.Parameter(torch.randn(6, 4)), None
     wt = torch.nn.Parameter(w.detach().clone())

@@ -5,7 +5,7 @@ the others), every class through ``rlx_gpu.torch.<Name>`` and through ``rlx_gpu.
 torch's thresholds are kept: exact equality where torch asserts equality of two runs, torch.testing's default
 float32 tolerances where torch's assertEqual compares tensors, "the loss went down" where torch checks that. What
 is not ported: CUDA/multi-GPU/compile tests, float64 runs (WGSL has no float64: float32 instead), mocks of torch's
-foreach kernels, meta-device params. Differences on purpose are listed in README's "Using it from PyTorch".
+foreach kernels, meta-device params. Differences on purpose are listed in docs/guides/pytorch.md.
 """
 import functools
 

@@ -55,7 +55,8 @@ def test_state_dict_deterministic(info, named0, named1, device):
     """A state dict loaded into a second optimizer over clones: the two run identically for 10 steps and their
     state dicts are equal (param names aside); repeated groups pack as torch packs them."""
     if info.name == "Kron" and named0 != named1:
-        pytest.skip("Kron's probes are keyed by tensor names (README): named and unnamed runs draw differently")
+        pytest.skip("Kron's probes are keyed by tensor names (docs/guides/pytorch.md): named and unnamed runs "
+                    "draw differently")
     for kw in inputs(info, cliquey=True)[:3]:
         w, b, x = _wb2(info)
         opt = info.optim_cls(_named([w, b], named0), **kw, device=device)

@@ -22,7 +22,7 @@ SAME = {"Adafactor": "Adafactor", "Adagrad": "Adagrad", "Adam": "Adam", "AdamW":
         "NAdamW": "NAdam", "RAdam": "RAdam", "RMSprop": "RMSprop", "SGD": "SGD", "SparseAdam": "SparseAdam"}
 MATRIX_ONLY = ("Muon", "SOAP", "Kron", "StiefelSGD")
 
-# torch's inputs that differ here on purpose (README, "Using it from PyTorch"): tensor lr/betas with foreach=True
+# torch's inputs that differ here on purpose (docs/guides/pytorch.md): tensor lr/betas with foreach=True
 # are refused by torch's foreach kernels only; NAdam's coupled weight decay is not NAdamW.
 DIFFERS = ("lr as Tensor doesn't work with foreach", "as a Tensor is not supported for capturable=False and foreach")
 

@@ -9,7 +9,7 @@ import datetime
 import os
 import sys
 
-import torch  # noqa: F401  (before any wgpu device: README, "Using it from PyTorch")
+import torch  # noqa: F401  (before any wgpu device: docs/guides/pytorch.md)
 import torch.distributed as dist
 import numpy as np
 

@@ -44,13 +44,14 @@ OPTIONS = (
     Option("state_dtype", "float32", "dtype of the state buffers (moments): 'float32', 'bfloat16' or 'float16'; "
            "arithmetic stays float32, stores round to nearest even."),
     Option("state_bits", None, "block-quantized state buffers: None (off), 8 (bitsandbytes' dynamic maps, blocks of "
-           "256) or 4 (torchao's 4-bit maps, blocks of 128), on Adam, AdamW, Lion, SGD and RMSprop (README: Memory)."),
+           "256) or 4 (torchao's 4-bit maps, blocks of 128), on Adam, AdamW, Lion, SGD and RMSprop "
+           "(docs/guides/memory.md)."),
     Option("min_quantized_size", 4096, "tensors with fewer elements keep unquantized states under state_bits "
            "(bitsandbytes' rule)."),
     Option("grad_dtype", None, "dtype of the gradient slots: None (each parameter's dtype) or 'float32'."),
     Option("qat", None, "quantized copies written in each step (quantization-aware training): a dict name -> "
-           "'int8' or 'int4', optionally followed by '/channel' and by '/values' or '/values-bf16' (README and "
-           "guide: Quantization-aware training); ``opt.qat[name]`` holds each copy.", gpu_only=True),
+           "'int8' or 'int4', optionally followed by '/channel' and by '/values' or '/values-bf16' "
+           "(docs/guides/qat.md); ``opt.qat[name]`` holds each copy.", gpu_only=True),
     Option("device", None, "adapter selector (see ``rlx_gpu.get_device``): a backend, 'cpu', 'gpu' or part of an "
            "adapter's name; default ``RLX_GPU_ADAPTER`` or the best adapter.", gpu_only=True),
     Option("foreach", None, "torch.optim's switch, accepted for pasted code: every step is one fused dispatch per "

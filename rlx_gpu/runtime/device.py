@@ -58,7 +58,8 @@ class Device:
         # On a CPU adapter device memory is host memory: arenas that the host can map directly make each
         # transfer one memcpy instead of two (measured on llvmpipe: 5-6 GB/s against 2-3 through staging).
         self.host_mappable = (self.info["type"] == "CPU" and "mappable-primary-buffers" in _impl.features(adapter))
-        #: Whether Dawn skips its validation of this device's commands (RLX_GPU_DAWN_SKIP_VALIDATION=1; README).
+        #: Whether Dawn skips its validation of this device's commands (RLX_GPU_DAWN_SKIP_VALIDATION=1;
+        #: docs/guides/webgpu-implementation.md).
         self.skip_validation = _shared["skip_validation"] if _shared else _impl.skip_validation()
         #: Whether out-of-bounds accesses in shaders are clamped (False only on Dawn with
         #: RLX_GPU_DAWN_DISABLE_ROBUSTNESS=1: every kernel on the device unchecked, for the tensor cores' speed; README).

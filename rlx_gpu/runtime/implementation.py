@@ -173,7 +173,7 @@ def toggles() -> tuple:
 
 def skip_validation() -> bool:
     """Whether new devices get Dawn's ``skip_validation`` device toggle: only on Dawn, only when asked for with
-    ``RLX_GPU_DAWN_SKIP_VALIDATION=1`` (README, "Choosing the implementation", says when that is safe)."""
+    ``RLX_GPU_DAWN_SKIP_VALIDATION=1`` (docs/guides/webgpu-implementation.md, "Validation", says when that is safe)."""
     return implementation() == "dawn" and os.environ.get(SKIP_ENV, "").strip() == "1"
 
 

@@ -72,7 +72,7 @@ class Program:
     def __init__(self, device, code: str, entry: str, *, label: str = "user", **constants):
         _check_source(code, entry, label)
         self.device = device
-        if getattr(device, "skip_validation", False):  # (never silently: README, "Choosing the implementation")
+        if getattr(device, "skip_validation", False):  # (never silently: docs/guides/webgpu-implementation.md)
             warnings.warn(SKIP_WARNING, RuntimeWarning, stacklevel=2)
         if not getattr(device, "robustness", True):
             warnings.warn(ROBUST_WARNING, RuntimeWarning, stacklevel=2)

@@ -157,7 +157,8 @@ def text(rep: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="rlx-gpu info", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
-    ap.add_argument("--device", default=None, help="selector to resolve instead of RLX_GPU_ADAPTER (see README)")
+    ap.add_argument("--device", default=None,
+                    help="selector to resolve instead of RLX_GPU_ADAPTER (see docs/guides/platforms.md)")
     args = ap.parse_args(argv)
     from ..runtime.discovery import NoAdapterError
     try:
