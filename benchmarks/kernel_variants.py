@@ -23,6 +23,7 @@ import traceback
 
 import rlx_gpu
 from rlx_gpu.engine import Optimizer
+from rlx_gpu.engine.drivers import SWITCHES
 from rlx_gpu.runtime.device import get_device
 from rlx_gpu.tools.bench.baselines import torch_cuda, torch_step_ms
 from rlx_gpu.tools.bench.rows import start_params as make_params
@@ -30,7 +31,6 @@ from rlx_gpu.tools.bench.rows import grads as make_grads
 from rlx_gpu.tools.bench.shapes import EXTRA_BASELINES, OPTIMIZERS, PRECISIONS, min_bytes, param_set
 from rlx_gpu.tools.bench.timing import Timer, copy_bandwidth, median, steps_for
 
-SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK")
 ELEMENTWISE = ("adamw", "adam", "sgd", "rmsprop", "adagrad", "nadamw", "radam", "qhadamw", "lion", "sophiah")
 REDUCING = ("lamb", "mars", "adafactor")
 QUANTIZED = ("adamw8bit", "adamw4bit")
@@ -50,11 +50,11 @@ def variants(opt: str, precision: str) -> list:
     return list(dict.fromkeys(out))
 
 
-def switches(variant: str) -> dict:
-    """The class attributes of one variant."""
+def switches(variant: str, cls=Optimizer) -> dict:
+    """The class attributes of one variant of ``cls`` (its own switches: a bool or a dict by precision)."""
     if variant == "off":
         return {k: False for k in SWITCHES}
-    base = {k: getattr(Optimizer, k) for k in SWITCHES}
+    base = {k: getattr(cls, k) for k in SWITCHES}
     if variant.startswith("-"):
         base[variant[1:].upper()] = False
     if variant == "ept4":  # (four vec4s a thread: half the workgroups)
@@ -66,7 +66,8 @@ def _build(opt: str, precision: str, variant: str, params: dict, grads: dict, de
     """The optimizer of one variant (rows.build's options), its grads on the device."""
     cls_name, kw, _, _ = OPTIMIZERS[opt]
     pd, gd, sd, master = PRECISIONS[precision]
-    cls = type(cls_name, (getattr(rlx_gpu, cls_name),), switches(variant))
+    base = getattr(rlx_gpu, cls_name)
+    cls = type(cls_name, (base,), switches(variant, base))
     o = cls(params, lr=1e-3, **kw, state_dtype=sd, master_weights=master, grad_dtype=None if gd == pd else gd,
             device=dev)
     for n, v in grads.items():
@@ -97,14 +98,14 @@ def time_group(dev, timer, opt: str, precision: str, shapes, args, say) -> list:
                 got[v].append(timer.measure(step, n, args.repeats)[0])
             except Exception as e:
                 say(f"  {opt} {precision} {v}: FAILED while timing: {e}")
-    moved = min_bytes(opt, precision, shapes)
+    moved, cls = min_bytes(opt, precision, shapes), getattr(rlx_gpu, OPTIMIZERS[opt][0])
     for v, ts in got.items():
         if not ts:
             continue
         t = median(ts)
         rows.append({"optimizer": opt, "dtype": precision, "variant": v, "ms_per_step": t * 1e3, "runs_ms":
                      [x * 1e3 for x in ts], "bytes_per_step": moved, "gbps": moved / t / 1e9,
-                     "switches": switches(v), "state_bytes_per_param": built[v][0].memory()["state_per_param"]})
+                     "switches": switches(v, cls), "state_bytes_per_param": built[v][0].memory()["state_per_param"]})
     built.clear()
     gc.collect()
     return rows

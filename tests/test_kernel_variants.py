@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 SIZES = [1, 5, 8, 9, (3, 7), 255, 257, 2049, 2600, (65, 64), 4097, 9000, 16385]
 OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False)
 VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), dict(OFF, SUBGROUPS=True),
-            dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True)]
+            dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True), {}]  # ({}: the class's own per-precision defaults)
 # (class, hyperparameters, options): elementwise ones bit for bit, reducing ones within the bound
 CASES = [("AdamW", {"amsgrad": True}, {}), ("SGD", {"momentum": 0.9, "nesterov": True}, {}), ("Lion", {}, {}),
          ("RMSprop", {"centered": True, "momentum": 0.5}, {}), ("LAMB", {}, {}), ("Mars", {}, {}),
@@ -83,10 +83,10 @@ def test_variants_match_the_plain_driver(name, hyper, opts, dtype, device):
     kw = dict(hyper, **opts, **DTYPES[dtype], min_quantized_size=1) if opts else dict(hyper, **DTYPES[dtype])
     want_p, want_s = _run(_variant(name, OFF), params, kw, device)
     for sw in VARIANTS:
-        if sw["SUBGROUPS"] and "subgroups" not in device.features:
+        if sw.get("SUBGROUPS") and "subgroups" not in device.features:
             continue
         got_p, got_s = _run(_variant(name, sw), params, kw, device)
-        exact = name not in REDUCING or not (sw["SUBGROUPS"] or sw["WIDE"])
+        exact = name not in REDUCING or not (sw.get("SUBGROUPS", True) or sw.get("WIDE", True))
         what = f"{name} {dtype} {sw}"
         _same(got_p, want_p, exact, what + ": param")
         for n in want_s:
@@ -103,6 +103,23 @@ def test_variants_are_what_the_device_offers(device):
     assert emits["float32"].directive == (emits["float32"].subgroups and device.implementation == "dawn")
     q = rlx_gpu.AdamW({"a": np.zeros(300, np.float32)}, state_bits=8, min_quantized_size=1, device=device)
     assert not q._emit(q.buckets[0]).wide  # (the quantized drivers take pairs themselves where they use subgroups)
+
+
+def test_switches_by_precision(device):
+    """The per-precision defaults (the H200 run's choices): pairs of vec4s in bfloat16 buckets, not in float16 ones
+    (SGD's and Mars's keep them there; SGD's drop them with master copies; Lion's nowhere); a misspelt key is an
+    error naming the switch."""
+    p = {"a": np.zeros(10, np.float32), "b": np.zeros(10, ml_dtypes.bfloat16), "c": np.zeros(10, np.float16)}
+    wide = lambda o: {b.sig.precision: o._emit(b).wide for b in o.buckets}  # noqa: E731
+    assert wide(rlx_gpu.AdamW(p, device=device)) == {"float32": False, "bfloat16": True, "float16": False}
+    assert wide(rlx_gpu.SGD(p, momentum=0.9, device=device)) == {"float32": False, "bfloat16": True, "float16": True}
+    assert wide(rlx_gpu.Lion(p, device=device)) == {"float32": False, "bfloat16": False, "float16": False}
+    m = rlx_gpu.SGD(p, momentum=0.9, master_weights=True, device=device)
+    assert wide(m) == {"float32": False, "bfloat16+master": False, "float16+master": True}
+    lamb = rlx_gpu.LAMB(p, device=device)
+    assert not any(lamb._emit(b).vpack for b in lamb.buckets)
+    with pytest.raises(ValueError, match=r"AdamW.WIDE: unknown precision keys \['bf16'\]"):
+        _variant("AdamW", {"WIDE": {"bf16": False}})(p, device=device).step({n: np.ones_like(v) for n, v in p.items()})
 
 
 @pytest.mark.parametrize("opts,dtype", [({"state_bits": 8}, "bfloat16"), ({"state_bits": 4, "amsgrad": True}, "float32"),

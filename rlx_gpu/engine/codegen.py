@@ -79,6 +79,16 @@ class Signature:
     def f16(self) -> bool:
         return self.native_f16 and "float16" in (self.param.name, self.grad.name, self.state.name)
 
+    @property
+    def precision(self) -> str:
+        """The bucket's key in a per-precision class switch (:func:`rlx_gpu.engine.drivers.switch`): its 16-bit
+        dtype's name (the params', else the states', else the grads'), with ``+master`` where 16-bit params keep
+        float32 master copies; ``float32`` where no arena is 16-bit."""
+        for dt in (self.param, self.state, self.grad):
+            if dt.itemsize == 2:
+                return dt.name + ("+master" if self.master and dt is self.param else "")
+        return "float32"
+
 
 class Text:
     """A generated module: its lines, and for each the (file, line) it came from ("<generated>" for the

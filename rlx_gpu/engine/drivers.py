@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Emit", "elementwise", "per_tensor", "unit", "signature", "param_helpers"]
+__all__ = ["Emit", "PRECISIONS", "SWITCHES", "switch", "elementwise", "per_tensor", "unit", "signature", "param_helpers"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,19 @@ class Emit:
 
 
 PLAIN = Emit()
+PRECISIONS = ("float32", "bfloat16", "float16", "bfloat16+master", "float16+master")
+SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK")  # the Optimizer class attributes that pick an Emit
+
+
+def switch(value, precision: str, name: str = "switch") -> bool:
+    """One class switch (``Optimizer.WIDE`` ...) for a bucket of ``precision`` (``Signature.precision``): a bool,
+    or a dict from some of :data:`PRECISIONS` to bools (a ``+master`` one not named: as without; others: on)."""
+    if not isinstance(value, dict):
+        return bool(value)
+    bad = sorted(set(value) - set(PRECISIONS))
+    if bad:
+        raise ValueError(f"{name}: unknown precision keys {bad}; expected some of {list(PRECISIONS)}")
+    return bool(value.get(precision, value.get(precision.removesuffix("+master"), True)))
 _SG = ("@builtin(subgroup_invocation_id) sgl: u32, @builtin(subgroup_size) sgs: u32, "
        "@builtin(subgroup_id) sgi: u32, @builtin(num_subgroups) nsg: u32")
 

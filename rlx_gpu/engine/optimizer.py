@@ -28,6 +28,7 @@ from ..runtime.implementation import subgroup_directive
 from ..runtime.kernels import get_kernel, grid
 from .buckets import make_buckets
 from .codegen import Emit, Pass, optimizer_module
+from .drivers import SWITCHES, switch
 from .qat import QatMixin
 from .qcodegen import QK
 from .records import Record
@@ -65,8 +66,10 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     # the drivers' variants (engine/drivers.py; none changes a result bit but a reduction's order): pairs of vec4s
     # per thread in buckets with 16-bit arenas, loops without tail masks in blocks wholly inside their tensor,
     # subgroup operations in reductions and quantized block maxima where the device has them; bfloat16 rounded
-    # with vector operations
-    WIDE, FULL, SUBGROUPS, VPACK = True, True, True, True
+    # with vector operations. Each a bool or a dict by the bucket's precision (drivers.switch); the defaults are
+    # the H200 run's choices (PERF_NOTES 54): pairs of vec4s lost in float16 buckets (bound as u32 words there)
+    WIDE = {"bfloat16": True, "float16": False, "bfloat16+master": True}
+    FULL, SUBGROUPS, VPACK = True, True, True
     constants: dict = {}   # further WGSL override constants of the shader
     on_device = True
     extra_kwargs: tuple = ()  # constructor keywords beyond the hyperparameters and options (Kron's probe)
@@ -180,10 +183,11 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     def _emit(self, bucket) -> Emit:
         """How the bucket's drivers walk (the class's WIDE, FULL and SUBGROUPS where they apply)."""
         sig, even = bucket.sig, self.EPT % 2 == 0
-        sub = self.SUBGROUPS and "subgroups" in self.device.features and (even or not sig.qbits)
-        low = 2 in (sig.param.itemsize, sig.grad.itemsize, sig.state.itemsize)
-        return Emit(wide=self.WIDE and low and even and not (sig.qat or sig.qbits), full=self.FULL and not sig.qat,
-                    subgroups=sub, directive=sub and subgroup_directive(), vpack=self.VPACK)
+        on = {k: switch(getattr(self, k), sig.precision, f"{type(self).__name__}.{k}") for k in SWITCHES}
+        sub = on["SUBGROUPS"] and "subgroups" in self.device.features and (even or not sig.qbits)
+        low = sig.precision != "float32"
+        return Emit(wide=on["WIDE"] and low and even and not (sig.qat or sig.qbits), full=on["FULL"] and not sig.qat,
+                    subgroups=sub, directive=sub and subgroup_directive(), vpack=on["VPACK"])
 
     def _kernel(self, bucket, entry: str):
         key = (bucket.sig, tuple(bucket.states), entry)

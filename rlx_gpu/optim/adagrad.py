@@ -20,6 +20,7 @@ class Adagrad(Optimizer):
     State: step, sum.
     """
     spec = ref.Adagrad
+    WIDE = {**Optimizer.WIDE, "bfloat16+master": False}  # (as SGD's: one state; PERF_NOTES 54)
     shader = "adagrad.wgsl"
     fields = ("wd", "neg_clr", "eps")
     flags = ("l2",)

@@ -28,6 +28,7 @@ class LAMB(Optimizer):
     State: step, exp_avg, exp_avg_sq.
     """
     spec = ref.LAMB
+    VPACK = False  # (scalar bfloat16 rounding won: 0.69 vs 0.60-0.67 of copy on the H200, PERF_NOTES 54)
     shader = "lamb.wgsl"
     fields = ("b1", "b3", "b2", "omb2", "bc1", "bc2", "eps", "wd", "lr")
     flags = ("trust", "l2")

@@ -17,6 +17,7 @@ class Lion(Optimizer):
     State: step, exp_avg.
     """
     spec = ref.Lion
+    WIDE = False  # (pairs of vec4s lost in bfloat16 and float16, tied with master copies: PERF_NOTES 54)
     shader = "lion.wgsl"
     fields = ("decay", "b1", "omb1", "b2", "omb2", "neg_lr")
     flags = ("decay",)

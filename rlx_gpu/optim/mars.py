@@ -29,6 +29,7 @@ class Mars(Optimizer):
     State: step, exp_avg, exp_avg_sq, last_grad.
     """
     spec = ref.Mars
+    WIDE = True  # (pairs of vec4s won in float16 too: H200 run, PERF_NOTES 54)
     shader = "mars.wgsl"
     fields = ("k", "b1", "omb1", "b2", "omb2", "c2", "eps", "bc1", "neg_lr", "wd")
     flags = ("matrix",)

@@ -23,6 +23,7 @@ class RMSprop(Optimizer):
     State: step, square_avg[, momentum_buffer][, grad_avg].
     """
     spec = ref.RMSprop
+    WIDE = {**Optimizer.WIDE, "bfloat16+master": False}  # (as SGD's: one state; PERF_NOTES 54)
     shader = "rmsprop.wgsl"
     fields = ("wd", "alpha", "oma", "eps", "mu", "neg_lr")
     flags = ("centered", "momentum", "l2")

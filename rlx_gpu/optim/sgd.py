@@ -23,6 +23,7 @@ class SGD(Optimizer):
     State: step[, momentum_buffer].
     """
     spec = ref.SGD
+    WIDE = {**Optimizer.WIDE, "float16": True, "bfloat16+master": False}  # (H200 run, PERF_NOTES 54)
     shader = "sgd.wgsl"
     fields = ("wd", "mu", "omd", "neg_lr")
     flags = ("momentum", "nesterov", "l2", "seed")

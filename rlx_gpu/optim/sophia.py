@@ -28,6 +28,7 @@ class SophiaH(Optimizer):
     H u from your autodiff) as NumPy arrays or DeviceTensors, as ``step`` takes grads.
     """
     spec = ref.SophiaH
+    WIDE = {**Optimizer.WIDE, "float16": True}  # (off, without pairs, lost in float16: PERF_NOTES 54)
     shader = "sophia.wgsl"
     fields = ("decay", "b1", "omb1", "b2", "omb2", "rho", "eps", "neg_lr")
     flags = ("decay",)
