@@ -72,10 +72,7 @@ SIGNATURES = (("float32", F32, F32, F32, False, False), ("bfloat16 + float32 mas
 
 def shipped() -> list:
     """Every module the runtime compiles, generated as it generates them."""
-    from ..bench.timing import COPY_VARIANTS
     from ...engine import Optimizer
-    from ...engine.codegen import Signature, engine_text, optimizer_text
-    from ...engine.reductions import ReduceMixin
     from ...optim import AdamW  # noqa: F401 (registers every optimizer class)
     from ...addons.distributed import compression  # noqa: F401 (declares the top-k kernels' parameters)
     from ...addons.qat import kernels  # noqa: F401 (declares the QAT kernels' arguments)
@@ -83,39 +80,59 @@ def shipped() -> list:
     d = src.shader_dir()
     out = []
     for name, cls in sorted(Optimizer.optimizer_classes().items()):
-        entries = [p.kernel for p in cls.passes + cls.other_passes]
-        if not cls.shader:  # (SparseAdam: only the sparse kernels, checked below)
-            continue
-        consts = {"WG": cls.WG, "EPT": cls.EPT, **cls.constants}
-        for label, pd, gd, sd, master, native in SIGNATURES:
-            t = optimizer_text(cls, Signature(pd, gd, sd, master, native))
-            out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label})"))
-        for bits in (8, 4) if cls.spec.quantizable else ():  # block-quantized states (state_bits)
-            for label, pd, gd, sd, master, native in SIGNATURES[:2]:
-                t = optimizer_text(cls, Signature(pd, gd, sd, master, native, bits))
-                out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label}, {bits}-bit)"))
-        if cls.__name__ == "AdamW":  # the qat= export's variant (engine/qat.py), with its own entry points
-            for label, pd in (("float32", F32), ("bfloat16", BF16)):
-                t = optimizer_text(cls, Signature(pd, pd, F32, False, False, qat=True))
-                out.append(Source(d / cls.shader, t.text(), t.origin,
-                                  entries + ["qat_amax", "qat_rescale", "qat_encode"], consts,
-                                  f"{name} ({label}, qat export)"))
-        # and as a bucket usually is: only the state buffers a default group makes (the others left out)
-        present = tuple(s for s in cls.spec.state_names(dict(cls.spec.defaults)) if s in cls.arena_states)
-        if present != tuple(cls.arena_states):
-            t = optimizer_text(cls, Signature(*SIGNATURES[0][1:]), present)
-            held = ", ".join(present) or "no state buffers"
-            out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} (float32, {held})"))
+        if cls.shader:  # (SparseAdam: only the sparse kernels, checked below)
+            out += _optimizer_modules(d, name, cls)
+    return out + _engine_modules(d, Optimizer.optimizer_classes()["AdamW"].record) + _plain_files(d)
+
+
+def _optimizer_modules(d, name: str, cls) -> list:
+    """One optimizer's generated modules: every signature, quantized states, the qat= export, a default bucket."""
+    from ...engine.codegen import Signature, optimizer_text
+    entries = [p.kernel for p in cls.passes + cls.other_passes]
+    consts = {"WG": cls.WG, "EPT": cls.EPT, **cls.constants}
+    out = []
+    for label, pd, gd, sd, master, native in SIGNATURES:
+        t = optimizer_text(cls, Signature(pd, gd, sd, master, native))
+        out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label})"))
+    for bits in (8, 4) if cls.spec.quantizable else ():  # block-quantized states (state_bits)
+        for label, pd, gd, sd, master, native in SIGNATURES[:2]:
+            t = optimizer_text(cls, Signature(pd, gd, sd, master, native, bits))
+            out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label}, {bits}-bit)"))
+    if cls.__name__ == "AdamW":  # the qat= export's variant (engine/qat.py), with its own entry points
+        for label, pd in (("float32", F32), ("bfloat16", BF16)):
+            t = optimizer_text(cls, Signature(pd, pd, F32, False, False, qat=True))
+            out.append(Source(d / cls.shader, t.text(), t.origin, entries + ["qat_amax", "qat_rescale", "qat_encode"],
+                              consts, f"{name} ({label}, qat export)"))
+    # and as a bucket usually is: only the state buffers a default group makes (the others left out)
+    present = tuple(s for s in cls.spec.state_names(dict(cls.spec.defaults)) if s in cls.arena_states)
+    if present != tuple(cls.arena_states):
+        t = optimizer_text(cls, Signature(*SIGNATURES[0][1:]), present)
+        held = ", ".join(present) or "no state buffers"
+        out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} (float32, {held})"))
+    return out
+
+
+def _engine_modules(d, record) -> list:
+    """The engine's own generated modules: the clip passes per grad dtype and the checked step's gate."""
+    from ...engine.codegen import engine_text
+    from ...engine.reductions import ReduceMixin
     clip = {"WG": ReduceMixin.CLIP_SHAPE[0], "EPT": ReduceMixin.CLIP_SHAPE[1], "BPW": ReduceMixin.CLIP_BPW,
             "U": ReduceMixin.CLIP_FLAT_U, "CHECK": True, "NORM": True}
-    record = Optimizer.optimizer_classes()["AdamW"].record
+    out = []
     for grad, native in ((F32, False), (BF16, False), (F16, True)):
         t = engine_text("clip.wgsl", record, grad, native)
         out.append(Source(d / "clip.wgsl", t.text(), t.origin, ["partial", "flat", "total", "scale"], clip,
                           f"{grad.name} grads"))
     t = engine_text("gate.wgsl", record)
-    out.append(Source(d / "gate.wgsl", t.text(), t.origin, ["choose", "gate_step"], {}, "AdamW's records"))
+    return out + [Source(d / "gate.wgsl", t.text(), t.origin, ["choose", "gate_step"], {}, "AdamW's records")]
+
+
+def _plain_files(d) -> list:
+    """The shaders compiled as shipped (with the parameter structs the runtime appends to them)."""
+    from ..bench.timing import COPY_VARIANTS
+    from ...linalg.tcns import NS_IO  # (tcns.wgsl is compiled with its parameter struct after it)
     wg, ept = COPY_VARIANTS[0]
+    out = []
     for f, consts in (("amp.wgsl", {}), ("copy.wgsl", {"WG": wg, "EPT": ept}), ("sparse.wgsl", {}), ("gemm.wgsl", {}),
                       ("muon.wgsl", {}), ("topk.wgsl", {"EF": True}), ("topk.wgsl", {"EF": False}),
                       ("topk_rebuild.wgsl", {}), ("stiefel.wgsl", {}), ("partition.wgsl", {}),
@@ -128,11 +145,9 @@ def shipped() -> list:
             code = f"{code}{tail}\n"
             origin = origin + [("<generated>", i + 1) for i in range(tail.count("\n") + 1)]
         out.append(Source(d / f, code, origin, src.entry_points(code), consts))
-    from ...linalg.tcns import NS_IO  # (tcns.wgsl is compiled with its parameter struct after it)
     code, origin = src.resolve(d / "tcns.wgsl")
     code, origin = code + "\n" + NS_IO.wgsl() + "\n", origin + [("<generated>", 0)] * 2
-    out.append(Source(d / "tcns.wgsl", code, origin, src.entry_points(code), {}, "NsIo declared after it"))
-    return out
+    return out + [Source(d / "tcns.wgsl", code, origin, src.entry_points(code), {}, "NsIo declared after it")]
 
 
 def collect(paths: list) -> tuple[list, list]:
