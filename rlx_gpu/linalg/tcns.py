@@ -106,8 +106,8 @@ def ns_tc(dev, enc, jobs, ns_steps, coeffs, eps, keep, mode, cache=None, bases=N
     max(|X|_F, eps)) on every :class:`Job`, in place, as dispatches only (``enc``: a command encoder or a
     ``ComputePass``), on the tensor-core GEMM in ``mode`` ("subgroup-matrix" or "emulated"). ``cache``: a dict the
     caller keeps from step to step (work buffers, parameter buffers, bind groups made once). ``bases``: the kernel
-    configuration to start from per stage ("A", "B", "X"), where not :data:`SM_BASES`' / ``tc.choose_config``'s; ``sym=False``: A and B
-    computed whole (an experiment's switch)."""
+    configuration to start from per stage ("A", "B", "X"), where not :data:`SM_BASES`' / ``tc.choose_config``'s;
+    ``sym=False``: A and B computed whole (an experiment's switch)."""
     jobs = [j for j in jobs if j.batch > 0]
     if not jobs:
         return
