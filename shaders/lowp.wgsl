@@ -43,6 +43,14 @@ fn pack4_bf16(v: vec4<f32>) -> vec2<u32> {
     let u = bitcast<vec4<u32>>(v);
     return vec2<u32>(rne_bf16(u.x) | (rne_bf16(u.y) << 16u), rne_bf16(u.z) | (rne_bf16(u.w) << 16u));
 }
+// pack4_bf16's bits from vector operations (one carry-add and one NaN test per lane, the halves merged by masks):
+// the drivers' `vpack` variant (engine/drivers.py)
+fn pack4v_bf16(v: vec4<f32>) -> vec2<u32> {
+    let u = bitcast<vec4<u32>>(v);
+    let nan = (u & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
+    let q = select(u + vec4<u32>(0x7fffu) + ((u >> vec4<u32>(16u)) & vec4<u32>(1u)), u | vec4<u32>(0x400000u), nan);
+    return vec2<u32>((q.x >> 16u) | (q.y & 0xffff0000u), (q.z >> 16u) | (q.w & 0xffff0000u));
+}
 fn sr4_bf16(v: vec4<f32>, r: vec4<u32>) -> vec2<u32> {
     let u = bitcast<vec4<u32>>(v);
     return vec2<u32>(sr_bf16(u.x, r.x) | (sr_bf16(u.y, r.y) << 16u), sr_bf16(u.z, r.z) | (sr_bf16(u.w, r.w) << 16u));

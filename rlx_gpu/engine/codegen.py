@@ -20,11 +20,14 @@ import re
 from dataclasses import dataclass
 
 from ..core.lowp import F32
-from ..runtime.source import resolve, shader_dir, typed_array
+from ..runtime.source import resolve, shader_dir
+from ..runtime.typed import typed_array
+from .drivers import PLAIN, Emit, elementwise, param_helpers, per_tensor
 from .qat import driver_lines, qat_load
-from .qcodegen import param_grad_loads, q_bindings, q_elementwise, q_helpers
+from .qcodegen import q_bindings, q_helpers
+from .qdrivers import q_elementwise
 
-__all__ = ["Pass", "Signature", "Text", "optimizer_module", "engine_module", "optimizer_text", "engine_text"]
+__all__ = ["Pass", "Signature", "Text", "Emit", "optimizer_module", "engine_module", "optimizer_text", "engine_text"]
 
 
 @dataclass(frozen=True)
@@ -103,118 +106,19 @@ class Text:
         return "\n".join(self.lines) + "\n"
 
 
-def _head(record, sig) -> tuple[Text, itertools.count]:
+def _head(record, sig, emit: Emit = PLAIN) -> tuple[Text, itertools.count]:
     idx = itertools.count()
     t = Text()
     if sig is not None and sig.f16:
         t.gen("enable f16;")
+    if emit.subgroups and emit.directive:
+        t.gen("enable subgroups;")
     t.gen(f"@group(0) @binding({next(idx)}) var<storage, read_write> hyper: array<u32>;\n"
           f"@group(0) @binding({next(idx)}) var<storage, read> blocks: array<vec4<u32>>;")
     t.gen(record.wgsl())
     for f in ("ieee.wgsl", "lowp.wgsl", "engine.wgsl"):
         t.file(f)
     return t, idx
-
-
-def _elementwise(p: Pass, present, qat: bool = False) -> str:
-    """The generated driver of one elementwise pass over the state buffers ``present`` in its bucket (an absent
-    one is a zero the compiler can see, with no binding, load or store). Padding lanes past a tensor's end are
-    stored as zero (they are zero: arenas are zero-filled and only tensor ranges are written), so no old value
-    stays live in a register across the update: the kernels are bound by memory, and registers are occupancy
-    (PERF_NOTES 31). A reducing pass ends in workgroup barriers, so everything before them stays in uniform
-    control flow (no early return or break on values read from read-write storage: Tint checks this, and it is
-    what WGSL requires); the others return early. ``qat``: the export's variant of the pass that writes the
-    params (engine/qat.py): it walks the chunk's ``qat_runs`` (whole rows of the fused tensors, the engine's
-    blocks of the others) with a loop over the run, notes each stored weight in its channel's amax, and ends in
-    the fused tensors' export (barriers, so uniform too; it does not reduce)."""
-    reads = [s for s in p.reads if s in present]
-    writes = [s for s in p.writes if s in present]
-    red = bool(p.reduce)
-    if red and qat:
-        raise ValueError(f"pass {p.entry}: the qat= export's driver does not reduce")
-    uniform = red or qat
-    qd = driver_lines() if qat else {}
-    L = ["@compute @workgroup_size(WG)",
-         f"fn {p.kernel}(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,",
-         "        @builtin(local_invocation_index) lid: u32) {",
-         f"    let blk = {qd.get('block', 'active_block(wid, nwg)')};"]
-    cond = "blk.x != NONE"
-    if uniform:
-        L += ["    let r = rec(select(0u, blk.x, blk.x != NONE));"]
-        if p.only_if:
-            cond += f" && has(r, {p.only_if.upper()})"
-        L += [f"    let live = {cond};", "    var acc = vec2<f32>(0.0);"] + qd.get("before", [])
-    else:
-        L += ["    if (blk.x == NONE) { return; }", "    let r = rec(blk.x);"]
-        if p.only_if:
-            L.append(f"    if (!has(r, {p.only_if.upper()})) {{ return; }}")
-    if p.grad:
-        L += ["    let gm = grad_mul();", f"    let neg = {'has(r, MAXIMIZE)' if p.signed else 'false'};"]
-    L += qd.get("loop", ["    for (var k = 0u; k < EPT; k++) {",
-                         "        let i = blk.y + k * WG + lid;",
-                         "        if (live && 4u * i < blk.z) {" if uniform else "        if (4u * i >= blk.z) { break; }"])
-    L += ["        let keep = tail(i, blk.z);",
-          "        let zero = vec4<f32>(0.0);",
-          f"        let e = {qd.get('elem', 'elem0(blk, r, i)')};"]
-    lines, gv = param_grad_loads(p, "        ")
-    L += lines
-    L.append("        var s0: State;")
-    for s in reads:
-        L.append(f"        if (has(r, HAS_{s.upper()})) {{ s0.{s} = ld_{s}(i); }}")
-    L.append("        var s = s0;")
-    for s in reads:
-        L.append(f"        s.{s} = select(s0.{s}, zero, keep);")
-    L.append(f"        let o = {p.fn}(r, e, {'select(p0, zero, keep)' if p.param else 'zero'}, {gv}, s);")
-    for s in writes:
-        L.append(f"        if (has(r, HAS_{s.upper()})) {{ st_{s}(i, select(o.s.{s}, zero, keep)); }}")
-    if p.param == "rw":
-        L.append("        store_p(i, select(o.p, zero, keep), r, e);")
-    L += qd.get("note", [])
-    if red:
-        L += ["        acc = acc + vec2<f32>(dot(select(o.sum_a, zero, keep), vec4<f32>(1.0)), "
-              "dot(select(o.sum_b, zero, keep), vec4<f32>(1.0)));"]
-    if uniform and not qat:
-        L.append("        }")
-    L.append("    }")
-    L += qd.get("after", [])
-    if red:
-        dest = {"x": "partials[blk.w].x = red2[0].x;", "y": "partials[blk.w].y = red2[0].y;",
-                "xy": "partials[blk.w] = red2[0];"}[p.reduce]
-        L += ["    red2[lid] = acc;", "    reduce2(lid);", f"    if (lid == 0u && live) {{ {dest} }}"]
-    L.append("}")
-    return "\n".join(L)
-
-
-def _per_tensor(p: Pass) -> str:
-    """The generated driver of one per-tensor pass (uniform control flow up to its barriers, as above)."""
-    cond = "has(r, ACTIVE)" + (f" && has(r, {p.only_if.upper()})" if p.only_if else "")
-    L = ["@compute @workgroup_size(WG)",
-         f"fn {p.kernel}(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,",
-         "        @builtin(local_invocation_index) lid: u32) {",
-         "    let t = wid.x + wid.y * nwg.x;",
-         "    if (t >= ntensors()) { return; }",
-         "    let r = rec(t);",
-         f"    let live = {cond};",
-         "    var acc = vec2<f32>(0.0);",
-         "    if (live) {",
-         "        for (var j = lid; j < r.num_blocks; j = j + WG) { acc = acc + partials[r.first_block + j]; }",
-         "    }",
-         "    red2[lid] = acc;", "    reduce2(lid);",
-         f"    if (lid == 0u && live) {{ set_tensor_scalar(t, {p.fn}(r, red2[0])); }}", "}"]
-    return "\n".join(L)
-
-
-def _param_helpers(master: bool, low: bool) -> str:
-    """``load_p``: the value updates start from (the float32 master copy where the tensor has one); ``store_p``:
-    the new value into the master copy and the parameter (rounded), or stochastically rounded."""
-    load = "return ld_param(i);" if not master else "if (has(r, MASTER)) { return ld_master(i); } return ld_param(i);"
-    body = ["fn store_p(i: u32, v: vec4<f32>, r: Rec, e0: u32) {"]
-    if master:
-        body.append("    if (has(r, MASTER)) { st_master(i, v); }")
-    if low:
-        body.append("    if (has(r, SR)) { sts_param(i, v, elem_bits(r.rkey, e0)); return; }")
-    body += ["    st_param(i, v);", "}"]
-    return "\n".join([f"fn load_p(i: u32, r: Rec) -> vec4<f32> {{ {load} }}"] + body)
 
 
 def _round_state(sig: Signature) -> str:
@@ -229,33 +133,37 @@ def _round_state(sig: Signature) -> str:
     return f"fn round_state(v: vec4<f32>) -> vec4<f32> {{ return {body}; }}"
 
 
-def optimizer_text(opt, sig: Signature, present=None) -> Text:
+def optimizer_text(opt, sig: Signature, present=None, emit: Emit = PLAIN) -> Text:
     """The full module of optimizer class ``opt`` for a bucket of signature ``sig`` holding the state buffers
-    ``present`` (None: all; an optimizer with custom passes, which may name any, always gets all)."""
+    ``present`` (None: all; an optimizer with custom passes, which may name any, always gets all), its drivers
+    walking as ``emit`` says (the quantized drivers use the pair accessors where ``emit.subgroups``)."""
     states = opt.arena_states
     passes = opt.passes + opt.other_passes
     if present is None or any(p.kind == "custom" for p in passes):
         present = states
-    t, idx = _head(opt.record, sig)
-    t.gen(typed_array("param", next(idx), sig.param, False, sig.native_f16))
-    t.gen(typed_array("grad", next(idx), sig.grad, True, sig.native_f16))
-    if sig.master:
-        t.gen(typed_array("master", next(idx), F32, False, sig.native_f16))
     quantized = opt.spec.quantizable if sig.qbits else {}
+    wide = emit.wide or bool(quantized and emit.subgroups)
+    t, idx = _head(opt.record, sig, emit)
+    typed = lambda name, dt, ro: t.gen(typed_array(name, next(idx), dt, ro, sig.native_f16, wide,  # noqa: E731
+                                                   emit.vpack))
+    typed("param", sig.param, False)
+    typed("grad", sig.grad, True)
+    if sig.master:
+        typed("master", F32, False)
     for s in states:
         if s in present and s not in quantized:
-            t.gen(typed_array(s, next(idx), sig.state, False, sig.native_f16))
+            typed(s, sig.state, False)
     if quantized:
         t.gen(q_bindings([s for s in states if s in quantized], present, idx, sig.qbits))
     for name in opt.grad_like:  # further arenas laid out as the grads (Sophia-H's Hessian estimates)
-        t.gen(typed_array(name, next(idx), sig.grad, True, sig.native_f16))
+        typed(name, sig.grad, True)
     if any(p.reduce or p.kind == "per_tensor" for p in passes):
         t.gen(f"@group(0) @binding({next(idx)}) var<storage, read_write> partials: array<vec2<f32>>;")
     members = ", ".join(f"{s}: vec4<f32>" for s in states) or "unused: vec4<f32>"
     t.gen(f"struct State {{ {members} }}\n"
           "struct Out { p: vec4<f32>, s: State, sum_a: vec4<f32>, sum_b: vec4<f32> }\n"
           "fn out(p: vec4<f32>, s: State) -> Out { return Out(p, s, vec4<f32>(0.0), vec4<f32>(0.0)); }")
-    t.gen(_param_helpers(sig.master, sig.param.low))
+    t.gen(param_helpers(sig.master, sig.param.low, wide))
     t.gen(_round_state(sig))
     t.file(opt.shader, idx)
     if sig.qat:
@@ -263,18 +171,20 @@ def optimizer_text(opt, sig: Signature, present=None) -> Text:
         t.file("qat_export.wgsl", idx)
     if quantized:
         nw = max(len([s for s in p.writes if s in present]) for p in passes if p.kind == "elementwise")
-        t.gen(q_helpers(states, present, quantized, sig.qbits, nw, opt.EPT))
+        t.gen(q_helpers(states, present, quantized, sig.qbits, nw, opt.EPT, emit.subgroups))
     for p in passes:
-        if p.kind == "elementwise":
-            t.gen(q_elementwise(p, present, quantized, sig.qbits, opt.EPT) if quantized
-                  else _elementwise(p, present, sig.qat and p.param == "rw"))
+        if p.kind == "elementwise" and quantized:
+            t.gen(q_elementwise(p, present, quantized, sig.qbits, opt.EPT, emit))
+        elif p.kind == "elementwise":
+            qat = driver_lines() if sig.qat and p.param == "rw" else None
+            t.gen(elementwise(p, present, PLAIN if qat else emit, qat))
         elif p.kind == "per_tensor":
-            t.gen(_per_tensor(p))
+            t.gen(per_tensor(p, emit))
     return t
 
 
-def optimizer_module(opt, sig: Signature, present=None) -> str:
-    return optimizer_text(opt, sig, present).text()
+def optimizer_module(opt, sig: Signature, present=None, emit: Emit = PLAIN) -> str:
+    return optimizer_text(opt, sig, present, emit).text()
 
 
 def engine_text(shader: str, record, grad=None, native_f16: bool = False) -> Text:

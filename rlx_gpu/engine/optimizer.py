@@ -24,9 +24,10 @@ from ..core.torchio import plain_hyper
 from ..core.torchparams import TorchParams
 from ..runtime.arena import DeviceTensor
 from ..runtime.device import get_device
+from ..runtime.implementation import subgroup_directive
 from ..runtime.kernels import get_kernel, grid
 from .buckets import make_buckets
-from .codegen import Pass, optimizer_module
+from .codegen import Emit, Pass, optimizer_module
 from .qat import QatMixin
 from .qcodegen import QK
 from .records import Record
@@ -61,6 +62,11 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     record = None          # built from fields, flags and the twin's param-shaped states (arena_states)
     arena_states: tuple = ()
     WG, EPT = 256, 2       # workgroup size, vec4s per thread: a block is WG*EPT*4 elements
+    # the drivers' variants (engine/drivers.py; none changes a result bit but a reduction's order): pairs of vec4s
+    # per thread in buckets with 16-bit arenas, loops without tail masks in blocks wholly inside their tensor,
+    # subgroup operations in reductions and quantized block maxima where the device has them; bfloat16 rounded
+    # with vector operations
+    WIDE, FULL, SUBGROUPS, VPACK = True, True, True, True
     constants: dict = {}   # further WGSL override constants of the shader
     on_device = True
     extra_kwargs: tuple = ()  # constructor keywords beyond the hyperparameters and options (Kron's probe)
@@ -174,8 +180,16 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         """The bucket's module, for its signature and the state buffers it has made so far."""
         key = (bucket.sig, tuple(bucket.states))
         if key not in self._modules:
-            self._modules[key] = optimizer_module(type(self), bucket.sig, tuple(bucket.states))
+            self._modules[key] = optimizer_module(type(self), bucket.sig, tuple(bucket.states), self._emit(bucket))
         return self._modules[key]
+
+    def _emit(self, bucket) -> Emit:
+        """How the bucket's drivers walk (the class's WIDE, FULL and SUBGROUPS where they apply)."""
+        sig, even = bucket.sig, self.EPT % 2 == 0
+        sub = self.SUBGROUPS and "subgroups" in self.device.features and (even or not sig.qbits)
+        low = 2 in (sig.param.itemsize, sig.grad.itemsize, sig.state.itemsize)
+        return Emit(wide=self.WIDE and low and even and not (sig.qat or sig.qbits), full=self.FULL and not sig.qat,
+                    subgroups=sub, directive=sub and subgroup_directive(), vpack=self.VPACK)
 
     def _kernel(self, bucket, entry: str):
         key = (bucket.sig, tuple(bucket.states), entry)

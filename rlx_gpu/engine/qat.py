@@ -38,7 +38,7 @@ def qat_load(sig) -> str:
 
 
 def driver_lines() -> dict:
-    """The update driver's variant (codegen's ``_elementwise``): its block (the engine block's run in
+    """The update driver's variant (:func:`rlx_gpu.engine.drivers.elementwise`): its block (the engine block's run in
     ``qat_runs``), lines before its loop, the loop over the run's vec4s, each vec4's element index, the line after each
     vec4's store, and the lines after the loop."""
     return {"block": "qat_run(wid, nwg)",

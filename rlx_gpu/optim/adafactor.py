@@ -1,6 +1,6 @@
 """Adafactor on the GPU: ``shaders/adafactor.wgsl``. The factored second moments (row and column means of g*g)
 are tiny next to the tensors, so they live in one small float32 ``aux`` buffer (with the unfactored tensors'
-second moments) instead of param-sized arenas; seven passes per step, no host round trip."""
+second moments) instead of param-sized arenas; eight passes per step, no host round trip."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +10,7 @@ from ..engine import Optimizer, Pass
 from ..reference import adafactor as ref
 
 RT = 128  # rows per column job
+RPW = 8  # row segments per workgroup of the rows pass
 
 
 class Adafactor(Optimizer):
@@ -35,9 +36,10 @@ class Adafactor(Optimizer):
     fields = ("decay", "w", "rho", "eps1", "eps2", "d", "sqrt_numel", "rows:u32", "row_tiles:u32", "aux:u32",
               "cols:u32", "col_parts:u32", "batch:u32", "numel:u32")
     flags = ("factored", "decay")
-    constants = {"RT": RT}
+    constants = {"RT": RT, "RPW": RPW}
     passes = (Pass("stats", fn="stats", param="r", grad="", reduce="x"),
               Pass("rows", kind="custom"), Pass("cols", kind="custom"), Pass("finish", kind="custom"),
+              Pass("mean", kind="custom"),
               Pass("update_norm", fn="update_norm", param="", reduce="y"),
               Pass("ratio", kind="per_tensor", fn="ratio"),
               Pass("apply", fn="apply"))
@@ -48,13 +50,13 @@ class Adafactor(Optimizer):
         self._fact = np.array([ref.factored(self._shapes[x]) for x in self._names])
         self._dims = np.zeros((n, 5), np.int64)  # m, n, B, A, CP
         off = 0
-        for t, name in enumerate(self._names):  # R, C, RA, M per factored tensor; V per unfactored one
+        for t, name in enumerate(self._names):  # R, C, RA, M, RS per factored tensor; V per unfactored one
             shape = self._shapes[name]
             if self._fact[t]:
                 m, nn = shape[-2], shape[-1]
                 B = int(np.prod(shape[:-2], dtype=np.int64))
                 self._dims[t, :4] = m, nn, B, off
-                off += 2 * B * m + B * nn + B
+                off += 2 * B * m + B * nn + B + B * -(-m // self.WG)
             else:
                 self._dims[t, 3] = off
                 off += int(np.prod(shape, dtype=np.int64))
@@ -96,17 +98,22 @@ class Adafactor(Optimizer):
                         ra = rb
         rows = np.concatenate(rows) if rows else np.zeros((0, 4), np.int64)
         cols = np.array(cols, np.int64).reshape(-1, 8)
-        extra = np.array(pairs, np.int64).reshape(-1, 4)
-        hdr = np.array([[2, len(rows), 2 + len(rows), len(cols)],
-                        [2 + len(rows) + 2 * len(cols), len(extra), 0, 0]], np.int64)
-        tab = np.concatenate([hdr, rows, cols.reshape(-1, 4), extra]).astype(np.uint32)
-        return self.device.buffer(tab.nbytes, f"Adafactor.tables[{c}]", data=tab), (len(rows), len(cols), len(extra))
+        jobs = np.array([(t, b, 0, r0) for t, b, _, _ in pairs for r0 in range(0, self._dims[t, 0], self.WG)]
+                        + [(t, b, 1, c0) for t, b, _, _ in pairs for c0 in range(0, self._dims[t, 1], self.WG)],
+                        np.int64).reshape(-1, 4)
+        means = np.array(pairs, np.int64).reshape(-1, 4)
+        at = 2 + len(rows) + 2 * len(cols)
+        hdr = np.array([[2, len(rows), 2 + len(rows), len(cols)], [at, len(jobs), at + len(jobs), len(means)]],
+                       np.int64)
+        tab = np.concatenate([hdr, rows, cols.reshape(-1, 4), jobs, means]).astype(np.uint32)
+        return (self.device.buffer(tab.nbytes, f"Adafactor.tables[{c}]", data=tab),
+                (-(-len(rows) // RPW), len(cols), len(jobs), len(means)))
 
     def _extra_buffers(self, bucket, chunk):
         return {"aux": self._aux, "tables": self._tables[(id(bucket), chunk)][0]}
 
     def _custom_groups(self, p, bucket, chunk):
-        return self._tables[(id(bucket), chunk)][1][("rows", "cols", "finish").index(p.entry)]
+        return self._tables[(id(bucket), chunk)][1][("rows", "cols", "finish", "mean").index(p.entry)]
 
     def _scratch_bytes(self) -> int:
         return super()._scratch_bytes() + self._aux.size + sum(b.size for b, _ in self._tables.values())

@@ -21,7 +21,8 @@ import os
 import threading
 
 __all__ = ["NAMES", "DEFAULT", "DAWN_TOGGLES", "LIMITS", "FEATURES", "set_implementation", "implementation", "wgpu",
-           "load", "versions", "features", "native_feature", "properties", "toggles", "skip_validation", "robustness",
+           "load", "versions", "features", "native_feature", "subgroup_directive", "properties", "toggles",
+           "skip_validation", "robustness",
            "request_device"]
 
 NAMES = ("wgpu-native", "dawn")
@@ -143,6 +144,12 @@ def features(obj, name: str | None = None) -> set:
 def native_feature(feature: str, name: str | None = None) -> str:
     """The implementation's own name of one of rlx_gpu's feature names (to request it for a device)."""
     return _SPELLING[implementation() if name is None else name].get(feature, feature)
+
+
+def subgroup_directive() -> bool:
+    """Whether WGSL that uses subgroup operations must say ``enable subgroups;`` (Tint, on Dawn, asks for it; naga,
+    on wgpu-native, refuses it and takes the operations without it)."""
+    return implementation() == "dawn"
 
 
 def properties(adapter) -> dict:

@@ -1,4 +1,4 @@
-"""WGSL source: the shipped files, includes, reflection, and specialisation of storage bindings by dtype.
+"""WGSL source: the shipped files, includes and reflection.
 
 Shaders live in ``shaders/*.wgsl`` (shipped in the wheel as ``rlx_gpu/shaders``). The only textual templating
 is a line ``// #include "name.wgsl"``: each file is expanded once (a later include of it is left out, as with an
@@ -6,9 +6,8 @@ include guard), and a missing file, an include loop, includes nested deeper than
 more than :data:`MAX_SOURCE_BYTES` of text fail loudly (so a hostile chain of includes costs linear time).
 Bindings are read from their ``@group(0) @binding(N) var<storage, MODE> NAME`` declarations, and
 :func:`used_bindings` follows an entry point's calls to the bindings it touches, so a pipeline's layout holds only
-those (WebGPU's limit of storage buffers per stage applies per pipeline). :func:`typed_array` declares a binding of
-float32, float16 or bfloat16 elements with ``ld_<name>(i) -> vec4<f32>`` and ``st_<name>(i, v)`` accessors
-(``shaders/lowp.wgsl``), so kernels compute in float32 whatever the storage.
+those (WebGPU's limit of storage buffers per stage applies per pipeline). Typed bindings (float32, float16 or
+bfloat16 elements behind float32 accessors) are :mod:`rlx_gpu.runtime.typed`'s.
 """
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import re
 from pathlib import Path
 
 __all__ = ["shader_dir", "resolve", "load_source", "bindings", "resources", "entry_points", "used_bindings",
-           "used_names", "typed_array", "MAX_SOURCE_BYTES", "MAX_INCLUDE_DEPTH"]
+           "used_names", "MAX_SOURCE_BYTES", "MAX_INCLUDE_DEPTH"]
 
 MAX_SOURCE_BYTES = 8 << 20  # the text of one module with its includes (the largest generated one is ~100 KB)
 MAX_INCLUDE_DEPTH = 64
@@ -147,30 +146,3 @@ def used_names(source: str, entry: str) -> frozenset:
 def used_bindings(source: str, entry: str) -> frozenset:
     """The bindings entry point ``entry`` uses, through the functions it calls."""
     return used_names(source, entry) & frozenset(bindings(source))
-
-
-def typed_array(name: str, index: int, dtype, read_only: bool, native_f16: bool) -> str:
-    """A storage binding of ``dtype`` elements (groups of four per index) and its float32 accessors:
-    ``ld_<name>(i) -> vec4<f32>``, ``ld1_<name>(e) -> f32`` (element e) and, when writable, ``st_<name>(i, v)``
-    (rounded to nearest even for 16-bit dtypes) and ``sts_<name>(i, v, bits)`` (stochastically rounded)."""
-    mode = "read" if read_only else "read_write"
-    d = dtype.name
-    if d == "float32":
-        decl, ld, ld1 = "vec4<f32>", f"{name}[i]", f"{name}[e / 4u][e % 4u]"
-        st, sts = f"{name}[i] = v;", f"{name}[i] = v;"
-    elif d == "float16" and native_f16:
-        decl, ld, ld1 = "vec4<f16>", f"vec4<f32>({name}[i])", f"f32({name}[e / 4u][e % 4u])"
-        st = f"{name}[i] = vec4<f16>(v);"
-        sts = f"{name}[i] = vec4<f16>(unpack4_f16(sr4_f16(v, bits)));"  # (exact: the value is a float16)
-    else:
-        tag = "f16" if d == "float16" else "bf16"
-        decl, ld = "vec2<u32>", f"unpack4_{tag}({name}[i])"
-        ld1 = f"unpack1_{tag}({name}[e / 4u], e % 4u)"
-        st, sts = f"{name}[i] = pack4_{tag}(v);", f"{name}[i] = sr4_{tag}(v, bits);"
-    out = [f"@group(0) @binding({index}) var<storage, {mode}> {name}: array<{decl}>;",
-           f"fn ld_{name}(i: u32) -> vec4<f32> {{ return {ld}; }}",
-           f"fn ld1_{name}(e: u32) -> f32 {{ return {ld1}; }}"]
-    if not read_only:
-        out += [f"fn st_{name}(i: u32, v: vec4<f32>) {{ {st} }}",
-                f"fn sts_{name}(i: u32, v: vec4<f32>, bits: vec4<u32>) {{ {sts} }}"]
-    return "\n".join(out)

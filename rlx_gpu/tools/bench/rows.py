@@ -107,7 +107,8 @@ def plan(names, precisions, sets, budget: float, div: int, layers: int = 0) -> l
     return [_plan(o, p, s, param_set(s), budget, div, layers) for s in sets for p in precisions for o in names]
 
 
-def _params(oname, precision, shapes) -> dict:
+def start_params(oname, precision, shapes) -> dict:
+    """The params a row starts from (the matrix optimizers: random, StiefelSGD's orthonormal)."""
     pd = DTYPES[PRECISIONS[precision][0]].np
     if oname not in MATRIX:
         return {n: np.full(s, 0.01, np.float32).astype(pd) for n, s in shapes}
@@ -137,7 +138,7 @@ def build(rlx_gpu, p: Plan, dev):
     cls_name, kw, _, _ = OPTIMIZERS[p.optimizer]
     kw = dict(kw)
     scaler = rlx_gpu.GradScaler() if kw.pop("scaler", False) else None
-    params, g = _params(p.optimizer, p.precision, p.shapes), grads(p.optimizer, p.precision, p.shapes)
+    params, g = start_params(p.optimizer, p.precision, p.shapes), grads(p.optimizer, p.precision, p.shapes)
     pd, gd, sd, master = PRECISIONS[p.precision]
     if p.optimizer == "partition":
         opt = rlx_gpu.Partition(params, label=lambda n, s: "muon" if len(s) == 2 and n not in EMBEDDINGS else "adamw",

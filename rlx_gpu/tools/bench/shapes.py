@@ -13,14 +13,14 @@ OPTIMIZERS = {
     "sgd": ("SGD", {"momentum": 0.9}, 2, ("SGD", {"momentum": 0.9, "fused": True})),
     "rmsprop": ("RMSprop", {}, 2, ("RMSprop", {"foreach": True})),
     "adagrad": ("Adagrad", {}, 2, ("Adagrad", {"foreach": True})),
-    # LAMB's own minimum is AdamW's; its three passes move one more param read and m, v reads (see BENCHMARKS.md)
+    # LAMB: AdamW's accesses, and its apply pass reads the param (its master copy) and m, v again (min_bytes)
     "lamb": ("LAMB", {}, 4, None),
     "nadamw": ("NAdamW", {}, 4, ("NAdam", {"foreach": True, "decoupled_weight_decay": True})),
     "radam": ("RAdam", {}, 4, ("RAdam", {"foreach": True})),
     "qhadamw": ("QHAdamW", {"nus": (0.7, 1.0)}, 4, None),
     "lion": ("Lion", {}, 2, None),
     "sophiah": ("SophiaH", {}, 3, None),   # m read+write, the Hessian EMA read
-    "mars": ("Mars", {}, 6, None),         # m, v, g_prev read+write
+    "mars": ("Mars", {}, 6, None),         # m, v, g_prev read+write; matrices: g, g_prev read by the norm pass
     # factored moments are O(rows + cols); an unfactored tensor (< 2 dims) reads and writes its float32 second moment
     "adafactor": ("Adafactor", {}, 0, ("Adafactor", {"foreach": True})),
     # AdamW with the global-norm clip folded in: one more read of g. torch: clip_grad_norm_(foreach) + fused AdamW.
@@ -97,8 +97,11 @@ def scale_shapes(shapes: list, f: float) -> list:
 def min_bytes(opt: str, precision: str, shapes: list) -> int | None:
     """The bytes a step must move at least: params read and written (with master weights: the float32 master copy
     read and written and the 16-bit param only written), grads read, the optimizer's state accesses, and the
-    gradient reads of a clip or an inf/NaN check (SparseAdam: of the touched rows only). None for the matrix
-    optimizers, which have no bytes model."""
+    gradient reads of a clip or an inf/NaN check (SparseAdam: of the touched rows only). A whole-tensor reduction
+    before the update costs its second read: LAMB's trust ratio needs |p| and |u| of the whole tensor before any
+    element is updated, so its update re-reads the param and both moments (fp32: 28 + 12 = 40 B a parameter over
+    its two passes); MARS's norm of the corrected grad of a matrix reads g and g_prev once more (36 + 8 = 44 B).
+    None for the matrix optimizers, which have no bytes model."""
     pd, gd, sd, master = PRECISIONS[precision]
     ps, gs, ss = ITEMSIZE[pd], ITEMSIZE[gd], ITEMSIZE[sd]
     bits = OPTIMIZERS[opt][1].get("state_bits")
@@ -110,6 +113,8 @@ def min_bytes(opt: str, precision: str, shapes: list) -> int | None:
     per = (8 + ps if keeps_master else 2 * ps) + gs + OPTIMIZERS[opt][2] * ss
     if opt in ("adamw+clip", "adamw+scaler"):
         per += gs
+    if opt == "lamb":
+        per += (4 if keeps_master else ps) + 2 * ss
     total = 0
     for _, s in shapes:
         n = int(np.prod(s))
@@ -117,5 +122,6 @@ def min_bytes(opt: str, precision: str, shapes: list) -> int | None:
             rows = -(-s[0] // SPARSE_EVERY)
             total += rows * (n // s[0]) * per + 4 * rows
             continue
-        total += n * (per + (8 if opt == "adafactor" and len(s) < 2 else 0))
+        total += n * (per + (8 if opt == "adafactor" and len(s) < 2 else 0) + (gs + ss if opt == "mars" and len(s) == 2
+                                                                              else 0))
     return int(total)

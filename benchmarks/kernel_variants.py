@@ -1,0 +1,220 @@
+"""The drivers' variants (``Optimizer.WIDE``, ``FULL``, ``SUBGROUPS``, ``VPACK``: engine/drivers.py) timed side by
+side on GPT-2 124M in one run, with the copy rate of the same run, torch's fused/foreach step and bitsandbytes'
+AdamW8bit where they import: what issue 25's targets are judged on.
+
+    python benchmarks/kernel_variants.py --json $OUT/kernel_variants.json
+
+Per (optimizer, precision) every variant's optimizer is built first, then timed in alternating rounds (so drift hits
+every variant alike). Variants: ``off`` (every switch off: the drivers before issue 25), ``default`` (the class's
+switches), and ``-wide``, ``-full``, ``-subgroups``, ``-vpack`` (the default with one switch off) where the switch
+applies to the row (WIDE: 16-bit buckets; VPACK: bfloat16 stores; SUBGROUPS: reductions and quantized block
+maxima; FULL: unquantized drivers), and ``ept4`` (the default with four vec4s a thread instead of two: AdamW's
+16-bit rows and the quantized ones). A row that fails to build or step prints its error and the others go on;
+rows past ``--budget-s`` are left out (named at the end). Bytes per step: ``rlx-gpu bench``'s ``min_bytes``.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+import traceback
+
+import rlx_gpu
+from rlx_gpu.engine import Optimizer
+from rlx_gpu.runtime.device import get_device
+from rlx_gpu.tools.bench.baselines import torch_cuda, torch_step_ms
+from rlx_gpu.tools.bench.rows import start_params as make_params
+from rlx_gpu.tools.bench.rows import grads as make_grads
+from rlx_gpu.tools.bench.shapes import EXTRA_BASELINES, OPTIMIZERS, PRECISIONS, min_bytes, param_set
+from rlx_gpu.tools.bench.timing import Timer, copy_bandwidth, median, steps_for
+
+SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK")
+ELEMENTWISE = ("adamw", "adam", "sgd", "rmsprop", "adagrad", "nadamw", "radam", "qhadamw", "lion", "sophiah")
+REDUCING = ("lamb", "mars", "adafactor")
+QUANTIZED = ("adamw8bit", "adamw4bit")
+
+
+def variants(opt: str, precision: str) -> list:
+    """The variant names timed for one row (``off`` first, ``default`` second)."""
+    out = ["off", "default"]
+    low = precision != "fp32"
+    if opt in QUANTIZED:
+        return out + ["ept4"]  # (their drivers differ by SUBGROUPS only; ept4: the default with EPT = 4)
+    if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
+        out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
+                                                                                          else [])
+    if opt in REDUCING:
+        out += ["-subgroups"]
+    return list(dict.fromkeys(out))
+
+
+def switches(variant: str) -> dict:
+    """The class attributes of one variant."""
+    if variant == "off":
+        return {k: False for k in SWITCHES}
+    base = {k: getattr(Optimizer, k) for k in SWITCHES}
+    if variant.startswith("-"):
+        base[variant[1:].upper()] = False
+    if variant == "ept4":  # (four vec4s a thread: half the workgroups)
+        base["EPT"] = 4
+    return base
+
+
+def _build(opt: str, precision: str, variant: str, params: dict, grads: dict, dev):
+    """The optimizer of one variant (rows.build's options), its grads on the device."""
+    cls_name, kw, _, _ = OPTIMIZERS[opt]
+    pd, gd, sd, master = PRECISIONS[precision]
+    cls = type(cls_name, (getattr(rlx_gpu, cls_name),), switches(variant))
+    o = cls(params, lr=1e-3, **kw, state_dtype=sd, master_weights=master, grad_dtype=None if gd == pd else gd,
+            device=dev)
+    for n, v in grads.items():
+        o.grads[n].write(v)
+    return o
+
+
+def time_group(dev, timer, opt: str, precision: str, shapes, args, say) -> list:
+    """Every variant of one (optimizer, precision): built, warmed up, timed in alternating rounds."""
+    built, rows = {}, []
+    params, grads = make_params(opt, precision, shapes), make_grads(opt, precision, shapes)
+    for v in variants(opt, precision):
+        try:
+            o = _build(opt, precision, v, params, grads, dev)
+            for _ in range(3):
+                o.step()
+            dev.sync()
+            t, _ = timer.measure(o.step, 2, 1)
+            built[v] = (o, o.step, steps_for(t))
+        except Exception as e:  # (a variant that does not compile or run: printed, the others go on)
+            say(f"  {opt} {precision} {v}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+            traceback.print_exc(file=sys.stderr)
+            rows.append({"optimizer": opt, "dtype": precision, "variant": v, "error": f"{type(e).__name__}: {e}"[:2000]})
+    got = {v: [] for v in built}
+    for _ in range(args.rounds):
+        for v, (o, step, n) in built.items():
+            try:
+                got[v].append(timer.measure(step, n, args.repeats)[0])
+            except Exception as e:
+                say(f"  {opt} {precision} {v}: FAILED while timing: {e}")
+    moved = min_bytes(opt, precision, shapes)
+    for v, ts in got.items():
+        if not ts:
+            continue
+        t = median(ts)
+        rows.append({"optimizer": opt, "dtype": precision, "variant": v, "ms_per_step": t * 1e3, "runs_ms":
+                     [x * 1e3 for x in ts], "bytes_per_step": moved, "gbps": moved / t / 1e9,
+                     "switches": switches(v), "state_bytes_per_param": built[v][0].memory()["state_per_param"]})
+    built.clear()
+    gc.collect()
+    return rows
+
+
+def baselines(torch, opt: str, precision: str, shapes, args, say) -> list:
+    """torch's step (and bitsandbytes' AdamW8bit) on the same tensors."""
+    pd, _, _, master = PRECISIONS[precision]
+    specs = [] if torch is None or master or OPTIMIZERS[opt][3] is None else [OPTIMIZERS[opt][3]]
+    specs += EXTRA_BASELINES.get(opt, []) if torch is not None and not master else []
+    out = []
+    for name, kw in specs:
+        impl = f"{name}({', '.join(f'{k}={v}' for k, v in kw.items())})"
+        try:
+            ms = torch_step_ms(torch, shapes, (name, kw), args.repeats, pd)
+            out.append({"optimizer": opt, "dtype": precision, "impl": impl, "ms_per_step": ms})
+        except Exception as e:  # (not installed, or no kernel for this dtype)
+            say(f"  {opt} {precision} {impl}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+            out.append({"optimizer": opt, "dtype": precision, "impl": impl, "error": str(e)[:500]})
+    return out
+
+
+def groups(args) -> list:
+    """(optimizer, precision) in the order they run: the fp32 rows (the no-regression check), the 16-bit rows of
+    AdamW, SGD, Lion, LAMB and MARS, the quantized ones with bfloat16 params, the other optimizers' 16-bit rows."""
+    g = [(o, "fp32") for o in ELEMENTWISE + REDUCING + QUANTIZED]
+    g += [(o, p) for p in ("bf16", "f16", "bf16-master") for o in ("adamw", "sgd", "lion", "lamb", "mars")]
+    g += [(o, "bf16") for o in QUANTIZED]
+    g += [(o, p) for p in ("bf16", "f16", "bf16-master") for o in ELEMENTWISE + ("adafactor",)
+          if o not in ("adamw", "sgd", "lion")]
+    only = set(args.optimizers.split(",")) if args.optimizers else None
+    prec = set(args.precisions.split(",")) if args.precisions else None
+    return [x for x in g if (only is None or x[0] in only) and (prec is None or x[1] in prec)]
+
+
+COLUMNS = ("off", "default", "-wide", "-full", "-vpack", "-subgroups", "ept4")
+
+
+def table(rows: list, base: list, copy_gbps: float) -> str:
+    """One line per (optimizer, precision): each variant's fraction of the copy rate, the default's ms, its speed
+    over ``off`` and over torch's step (and bitsandbytes' AdamW8bit; their times are in the JSON); errors after the
+    table."""
+    ref = {}
+    for b in base:
+        if "ms_per_step" in b:
+            ref.setdefault((b["optimizer"], b["dtype"]), {})["bnb" if "bitsandbytes" in b["impl"] else "torch"] = \
+                b["ms_per_step"]
+    got, errors = {}, []
+    for r in rows:
+        if "error" in r:
+            errors.append(f"{r['optimizer']} {r['dtype']} {r['variant']}: {r['error'][:160]}")
+        else:
+            got.setdefault((r["optimizer"], r["dtype"]), {})[r["variant"]] = r
+    out = [f"copy {copy_gbps:.1f} GB/s; columns: fraction of copy at the row's own minimum bytes",
+           f"{'optimizer':10} {'dtype':11} " + " ".join(f"{c:>6}" for c in COLUMNS)
+           + f" {'def ms':>8} {'x off':>6} {'x torch':>7} {'x bnb':>6}"]
+    for (opt, dt), vs in got.items():
+        d, o, x = vs.get("default"), vs.get("off"), ref.get((opt, dt), {})
+        cells = " ".join(f"{vs[c]['gbps'] / copy_gbps:6.3f}" if c in vs else f"{'-':>6}" for c in COLUMNS)
+        ratio = (lambda k: f"{x[k] / d['ms_per_step']:7.2f}" if d and k in x else f"{'-':>7}")  # noqa: E731
+        out.append(f"{opt:10} {dt:11} {cells} " + (f"{d['ms_per_step']:8.3f} " if d else f"{'-':>8} ")
+                   + (f"{o['ms_per_step'] / d['ms_per_step']:6.3f} " if d and o else f"{'-':>6} ")
+                   + ratio("torch") + " " + ratio("bnb")[1:])
+    out += [f"baseline {b['optimizer']} {b['dtype']} {b['impl']}: ERROR {b['error'][:120]}" for b in base if "error" in b]
+    return "\n".join(out + [f"ERROR {e}" for e in errors])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", help="write every figure to this file")
+    ap.add_argument("--set", default="gpt2-124m", help="param set (rlx-gpu bench's names)")
+    ap.add_argument("--optimizers", default="", help="comma list: only these (default: all of the run)")
+    ap.add_argument("--precisions", default="", help="comma list: only these (default: all of the run)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per row")
+    ap.add_argument("--repeats", type=int, default=2, help="timed runs per round (median), of ~50 ms each")
+    ap.add_argument("--copy-mb", type=int, default=512)
+    ap.add_argument("--budget-s", type=float, default=250.0, help="rows starting after this many seconds are left out")
+    args = ap.parse_args(argv)
+    say = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
+    t0 = time.perf_counter()
+    dev = get_device()
+    timer = Timer(dev)
+    torch = torch_cuda()
+    copies = copy_bandwidth(dev, timer, args.copy_mb << 20, 5)
+    copy_gbps = max(copies.values())
+    say(f"{dev.name} ({dev.implementation}), features {sorted(dev.features)}; copy {copies}")
+    shapes = param_set(args.set)
+    rows, base, left = [], [], []
+    for opt, precision in groups(args):
+        if time.perf_counter() - t0 > args.budget_s:
+            left.append(f"{opt} {precision}")
+            continue
+        rows += time_group(dev, timer, opt, precision, shapes, args, say)
+        base += baselines(torch, opt, precision, shapes, args, say)
+        done = [r for r in rows if r["optimizer"] == opt and r["dtype"] == precision and "gbps" in r]
+        say(f"{opt} {precision}: " + ", ".join(f"{r['variant']} {r['gbps'] / copy_gbps:.2f}" for r in done)
+            + f" of copy ({time.perf_counter() - t0:.0f} s)")
+    out = {"adapter": dev.name, "implementation": dev.implementation, "features": sorted(dev.features),
+           "copy_gbps": copy_gbps, "copy_variants_gbps": copies, "param_set": args.set, "rows": rows,
+           "baselines": base, "left_out": left, "seconds": time.perf_counter() - t0,
+           "torch": getattr(torch, "__version__", None), "defaults": {k: getattr(Optimizer, k) for k in SWITCHES}}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    print(table(rows, base, copy_gbps))
+    if left:
+        print(f"left out (past --budget-s {args.budget_s:g}): {', '.join(left)}")
+    print(f"{time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

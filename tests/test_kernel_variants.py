@@ -1,0 +1,118 @@
+"""The drivers' variants (engine/drivers.py: WIDE, FULL, SUBGROUPS, VPACK on the Optimizer) against the plain
+driver: every variant does the same float32 operations on every element, so params and states agree bit for bit
+(the reducing optimizers' sums are taken in another order with subgroups or pairs of vec4s a thread: within the
+suite's bound, cases.RTOL and ATOL); the quantized drivers (workgroup atomics or subgroup shuffles for the block maxima) give the same codes.
+Sizes: around a vec4, a pair of vec4s, a quantization block, an engine block (2048) and several of a workgroup's
+eight engine blocks, so partial blocks fall in later rounds of a workgroup too."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import rlx_gpu
+from cases import ATOL, RTOL
+
+pytestmark = pytest.mark.gpu
+
+SIZES = [1, 5, 8, 9, (3, 7), 255, 257, 2049, 2600, (65, 64), 4097, 9000, 16385]
+OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False)
+VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), dict(OFF, SUBGROUPS=True),
+            dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True)]
+# (class, hyperparameters, options): elementwise ones bit for bit, reducing ones within the bound
+CASES = [("AdamW", {"amsgrad": True}, {}), ("SGD", {"momentum": 0.9, "nesterov": True}, {}), ("Lion", {}, {}),
+         ("RMSprop", {"centered": True, "momentum": 0.5}, {}), ("LAMB", {}, {}), ("Mars", {}, {}),
+         ("Adafactor", {}, {}), ("AdamW", {}, {"state_bits": 8}), ("AdamW", {"amsgrad": True}, {"state_bits": 4}),
+         ("SGD", {"momentum": 0.9}, {"state_bits": 8})]
+DTYPES = {"float32": {}, "bfloat16": {}, "bfloat16 + master": {"master_weights": True},
+          "float16": {}, "bfloat16, stochastic": {"stochastic_rounding": True, "rounding_seed": 3},
+          "float16, bfloat16 states": {"state_dtype": "bfloat16"}}
+REDUCING = {"LAMB", "Mars", "Adafactor"}
+ULPS = 4
+
+
+def _variant(name: str, switches: dict):
+    return type(name, (getattr(rlx_gpu, name),), dict(switches))
+
+
+def _run(cls, params, opts, device, steps=4):
+    opt = cls(params, **opts, device=device)
+    rng = np.random.default_rng(11)
+    for s in range(steps):  # (a tensor without a grad on some steps: its state buffers are made later)
+        grads = {n: rng.standard_normal(p.shape).astype(p.dtype) for i, (n, p) in enumerate(params.items())
+                 if (i + s) % 4 != 1}
+        opt.step(grads)
+    sd = opt.state_dict()["state"]
+    return opt.read_params(), {n: {k: np.asarray(v) for k, v in st.items() if k != "step"} for n, st in sd.items()}
+
+
+def _params(dtype: str):
+    dt = {"float32": np.float32, "float16": np.float16}.get(dtype.split(",")[0].split(" +")[0], ml_dtypes.bfloat16)
+    rng = np.random.default_rng(5)
+    return {f"t{i}": rng.standard_normal(s).astype(dt) for i, s in enumerate(SIZES)}
+
+
+def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    key = lambda x: np.where(x & 0x8000, -(x & 0x7FFF), x)  # noqa: E731 (sign-magnitude bits of 16-bit values)
+    return np.abs(key(a.view(np.uint16).astype(np.int64)) - key(b.view(np.uint16).astype(np.int64)))
+
+
+def _same(got, want, exact: bool, what: str):
+    """Bit for bit, or (sums in another order) float32 values within the suite's bound and 16-bit ones within
+    ULPS units in the last place (test_mixed_precision.py's bounds for the reducing optimizers)."""
+    for n in want:
+        a, b = np.asarray(got[n]), np.asarray(want[n])
+        if exact:
+            np.testing.assert_array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8), err_msg=f"{what} {n}")
+            continue
+        a32, b32 = a.astype(np.float32), b.astype(np.float32)
+        bound = RTOL * np.abs(b32) + ATOL * max(1.0, float(np.abs(b32).max(initial=0)))
+        near = np.abs(a32 - b32) <= bound
+        if a.dtype.itemsize == 2:
+            near |= _ulps(a, b) <= ULPS
+        assert near.all(), f"{what} {n}: {int((~near).sum())} of {near.size} apart, e.g. {a32[~near][:3]} vs {b32[~near][:3]}"
+
+
+def _id(v) -> str:
+    return ",".join(f"{k}={x}" for k, x in v.items()) or "-" if isinstance(v, dict) else str(v)
+
+
+# (state_dtype does not apply to quantized states: those rows are not made)
+@pytest.mark.parametrize("name,hyper,opts,dtype", [(*c, d) for d in DTYPES for c in CASES
+                                                   if not (c[2].get("state_bits") and "states" in d)], ids=_id)
+def test_variants_match_the_plain_driver(name, hyper, opts, dtype, device):
+    params = _params(dtype)
+    kw = dict(hyper, **opts, **DTYPES[dtype], min_quantized_size=1) if opts else dict(hyper, **DTYPES[dtype])
+    want_p, want_s = _run(_variant(name, OFF), params, kw, device)
+    for sw in VARIANTS:
+        if sw["SUBGROUPS"] and "subgroups" not in device.features:
+            continue
+        got_p, got_s = _run(_variant(name, sw), params, kw, device)
+        exact = name not in REDUCING or not (sw["SUBGROUPS"] or sw["WIDE"])
+        what = f"{name} {dtype} {sw}"
+        _same(got_p, want_p, exact, what + ": param")
+        for n in want_s:
+            _same(got_s[n], want_s[n], exact, what + f": state of {n}")
+
+
+def test_variants_are_what_the_device_offers(device):
+    """The defaults: pairs of vec4s in buckets with 16-bit arenas only, subgroups only where the device has them."""
+    p = {"a": np.zeros(10, np.float32), "b": np.zeros(10, ml_dtypes.bfloat16)}
+    opt = rlx_gpu.AdamW(p, device=device)
+    emits = {b.sig.param.name: opt._emit(b) for b in opt.buckets}
+    assert not emits["float32"].wide and emits["bfloat16"].wide
+    assert emits["float32"].subgroups == ("subgroups" in device.features)
+    assert emits["float32"].directive == (emits["float32"].subgroups and device.implementation == "dawn")
+    q = rlx_gpu.AdamW({"a": np.zeros(300, np.float32)}, state_bits=8, min_quantized_size=1, device=device)
+    assert not q._emit(q.buckets[0]).wide  # (the quantized drivers take pairs themselves where they use subgroups)
+
+
+@pytest.mark.parametrize("opts,dtype", [({"state_bits": 8}, "bfloat16"), ({"state_bits": 4, "amsgrad": True}, "float32"),
+                                        ({}, "bfloat16 + master")], ids=_id)
+def test_four_vec4s_a_thread_match_the_plain_driver(opts, dtype, device):
+    """EPT = 4 (the variants benchmark's ``ept4``) with the default switches: the same bits as the plain driver."""
+    params = _params(dtype)
+    kw = dict(opts, **DTYPES[dtype], **({"min_quantized_size": 1} if opts else {}))
+    want_p, want_s = _run(_variant("AdamW", OFF), params, kw, device)
+    got_p, got_s = _run(type("AdamW", (rlx_gpu.AdamW,), {"EPT": 4}), params, kw, device)
+    _same(got_p, want_p, True, f"EPT 4 {opts} {dtype}: param")
+    for n in want_s:
+        _same(got_s[n], want_s[n], True, f"EPT 4 {opts} {dtype}: state of {n}")
