@@ -142,9 +142,10 @@ def case_configs(mode: str, limit: int = 49152) -> list:
     dev, out = LimitsDevice(limit), []
     for c in GEMM_CASES:
         base = TcConfig(**c["base"]) if "base" in c else None
-        out.append(tc.choose_config(dev, mode, c["M"], c["N"], c["K"], ta=c.get("ta", False), tb=c.get("tb", False),
+        probs = [tc.Problem(c["M"], c["N"], c["K"], c.get("batch", 1), c.get("alpha", 1.0))]  # (as tc_gemm)
+        out.append(tc.choose_config(dev, mode, 0, 0, 0, ta=c.get("ta", False), tb=c.get("tb", False),
                                     out=c.get("out", "f32"), epi="d" if c.get("d") else "none", base=base,
-                                    sym=c.get("sym", False), alpha=c.get("alpha", 1.0)))
+                                    sym=c.get("sym", False), problems=probs))
     for shapes, o in GROUPED_CASES:
         probs = [tc.Problem(M, N, K, b) for M, N, K, b in shapes]
         out.append(tc.choose_config(dev, mode, 0, 0, 0, out=o, epi="d", problems=probs))

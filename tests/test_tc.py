@@ -135,6 +135,34 @@ def test_choose_config_fits_and_aligns():
     assert cfg.groups == 2 and cfg.stage == "f16"
 
 
+def test_defaults_are_the_h200_runs_best():
+    """The kernels choose_config and ns_tc start from on subgroup matrices are the second H200 run's best
+    (benchmarks/logs/h200_tc_gemm_bench_second.jsonl: "s1 h4" at 4096^3 and batched 768-wide shapes, 64 x 128 for
+    one 768^3 matrix, Newton-Schulz's B on K steps of 16), and every one of them compiles with Tint."""
+    from rlx_gpu.linalg import tcns
+    dev, sm = LimitsDevice(49152), "subgroup-matrix"
+    big = tc.choose_config(dev, sm, 4096, 4096, 4096)
+    assert (big.bm, big.bn, big.bk, big.stages, big.smem, big.store, big.edges) == (128, 128, 32, 1, "h4", "direct",
+                                                                                     False)
+    one = tc.choose_config(dev, sm, 768, 768, 768)  # 36 blocks of 128 x 128
+    assert (one.bm, one.bn, one.smem) == (64, 128, "h")
+    many = tc.choose_config(dev, sm, 0, 0, 0, problems=[tc.Problem(768, 768, 768, 48)])
+    assert (many.bm, many.bn, many.smem) == (128, 128, "h4")
+    assert tc.choose_config(dev, sm, 768, 768, 768, sym=True).sym  # (symmetric: square blocks kept)
+    ragged = tc.choose_config(dev, sm, 2050, 2000, 100, ta=True, out="f16", epi="d")
+    assert (ragged.bm, ragged.smem, ragged.edges) == (128, "h4", True)
+    jobs = [tcns.Job(None, 0, 12, m, n) for m, n in ((768, 2304), (768, 768), (768, 3072), (3072, 768))]
+    st = tcns.stage_configs(dev, jobs, sm)
+    assert [(c.bm, c.bk, c.smem, c.sym) for c in st.values()] == [(128, 32, "h4", True), (128, 16, "h4", True),
+                                                                  (128, 32, "h4", False)]
+    assert tcns.stage_configs(dev, jobs, sm, bases={"B": TcConfig(stages=1)})["B"].bk == 32  # (a caller's base)
+    assert tcns.stage_configs(dev, jobs, "emulated")["B"].bk == tc.DEFAULT_EMULATED.bk
+    lines = _worker("compile", [asdict(c) for c in (big, one, many, ragged, *st.values())])
+    if lines and "unavailable" in lines[0]:
+        pytest.skip(f"Tint (wgpudawn) unavailable: {lines[0]['unavailable']}")
+    assert len(lines) == 7 and not [x for x in lines if x.get("error") or x.get("warnings")], lines
+
+
 def test_config_rules_and_gemm_errors():
     for bad, why in ((dict(cvec=True), "cvec needs"), (dict(sym=True, tm=2), "sym needs square"),
                      (dict(epi="d", d_at="start"), "d_at='start' needs edges=False"), (dict(slots=3), "slots 3"),

@@ -23,18 +23,25 @@ from .tcconfig import GEMM_PARAMS, TcConfig
 from .tcgen import ENTRY, generate
 
 __all__ = ["SUBGROUP_MATRIX", "subgroup_matrix_configs", "subgroup_matrix_size", "resolve_path", "choose_config",
-           "tc_gemm", "tc_gemm_grouped", "Problem", "REQUIRE_ENV", "PATH_ENV", "DEFAULT_SM", "DEFAULT_EMULATED"]
+           "tc_gemm", "tc_gemm_grouped", "Problem", "REQUIRE_ENV", "PATH_ENV", "DEFAULT_SM", "DEFAULT_SM_SMALL",
+           "DEFAULT_EMULATED"]
 
 SUBGROUP_MATRIX = "chromium-experimental-subgroup-matrix"
 REQUIRE_ENV = "RLX_GPU_REQUIRE_SUBGROUP_MATRIX"
 PATH_ENV = "RLX_GPU_GEMM_PATH"  # what "auto" means for float16 work (tests: "emulated" on llvmpipe)
 PATHS = ("auto", "subgroup-matrix", "emulated", "tiled")
-# The kernels choose_config starts from. On subgroup matrices: the H200's best at 4096^3 and at every Newton-Schulz
-# shape of the first run (benchmarks/logs/h200_tc_gemm_bench_first.jsonl, "s1": 223 TF/s robustness off, 170 on):
-# 128 x 128 blocks of 2 x 2 subgroups with 4 x 4 fragments, K in steps of 32 in one buffer, 8-wide loads, 8 padding
-# halves per row (0: 103 TF/s), blocks in groups of 8 along M. Emulated: 64 x 64 (llvmpipe compiles it faster).
-DEFAULT_SM = TcConfig(stages=1)
-DEFAULT_EMULATED = TcConfig(tm=2, tn=2, stages=1)
+# The kernels choose_config starts from, from the second H200 run (benchmarks/logs/h200_tc_gemm_bench_second.jsonl):
+# on subgroup matrices "s1 h4", the best at 4096^3 (242.5 TF/s robustness off, 184.4 on; "s1" without h4: 221.9 /
+# 169.8) and at every batched 768-wide shape and Newton-Schulz GEMM on all three devices: 128 x 128 blocks of 2 x 2
+# subgroups with 4 x 4 fragments, K in steps of 32 in one buffer, 8-wide loads into workgroup memory of vec4<f16>
+# ("h4"), 8 padding halves per row, blocks in groups of 8 along M. DEFAULT_SM_SMALL: one problem of fewer than
+# SMALL_BLOCKS 128 x 128 blocks (768^3: 36) runs 64 x 128 blocks ("64x128 s1": 51.1 TF/s at 768^3 against 37.2 for
+# "s1 h4"; at 4096^3, 1024 blocks, 176.5 against 242.5; the threshold lies between those two measured points).
+# Emulated: 64 x 64 with the same staging (llvmpipe compiles it faster).
+DEFAULT_SM = TcConfig(stages=1, smem="h4")
+DEFAULT_SM_SMALL = TcConfig(tm=2, stages=1)
+SMALL_BLOCKS = 128
+DEFAULT_EMULATED = TcConfig(tm=2, tn=2, stages=1, smem="h4")
 
 
 def subgroup_matrix_configs(dev) -> list:
@@ -107,13 +114,16 @@ def choose_config(dev, mode, M, N, K, *, ta=False, tb=False, out="f32", epi="non
                   strides=None, lds=None, base: TcConfig | None = None, sym=False, alpha=1.0,
                   problems=None) -> TcConfig:
     """The kernel configuration for one problem (or for all of ``problems``, one dispatch): ``base`` (default:
-    :data:`DEFAULT_SM` / :data:`DEFAULT_EMULATED`) with bounds checks only where a shape needs them, 8-wide loads
-    and packed float16 stores where rows and offsets allow them, D loaded before the K loop (whole blocks, alpha
-    != 0), the fragment store into C for float32 results (with a ``base``: where it asks for it); the steps of
-    :func:`fit` until the workgroup memory fits the device. ``sym``: C is symmetric (kept for square blocks)."""
+    :data:`DEFAULT_SM`, :data:`DEFAULT_SM_SMALL` for one small problem, :data:`DEFAULT_EMULATED`) with bounds
+    checks only where a shape needs them, 8-wide loads and packed float16 stores where rows and offsets allow them,
+    D loaded before the K loop (whole blocks, alpha != 0), the fragment store into C for float32 results (with a
+    ``base``: where it asks for it); the steps of :func:`fit` until the workgroup memory fits the device. ``sym``:
+    C is symmetric (kept for square blocks). The second H200 run confirmed each epilogue choice at Newton-Schulz's
+    shapes: D before the loop and packed stores (B: 236 TF/s against 119 with D at the end, scalar stores), one
+    scratch slot (2 or 4: 117-171, but for B's bk16 kernel 241 against 240), symmetric blocks (152 whole)."""
     sm = mode == "subgroup-matrix"
     probs = problems or [Problem(M, N, K, alpha=alpha, offsets=offsets, strides=strides, lds=lds)]
-    cfg = base or (DEFAULT_SM if sm else DEFAULT_EMULATED)
+    cfg = base or (_default_sm(probs, sym) if sm else DEFAULT_EMULATED)
     cfg = cfg.with_(mode=mode, ta=ta, tb=tb, out=out, epi=epi, groups=len(probs), sym=sym and cfg.bm == cfg.bn,
                     subgroup=(subgroup_matrix_size(dev) or cfg.subgroup) if sm else 32)
     edges = any(p.M % cfg.bm or p.N % cfg.bn or p.K % cfg.bk for p in probs)
@@ -132,6 +142,13 @@ def choose_config(dev, mode, M, N, K, *, ta=False, tb=False, out="f32", epi="non
                     cvec=cvec and store == "scratch")
     cfg = fit(cfg, int(dev.limits.get("max-compute-workgroup-storage-size", 16384)))
     return cfg.with_(edges=cfg.edges or any(p.K % cfg.bk for p in probs)).check()
+
+
+def _default_sm(probs, sym) -> TcConfig:
+    """:data:`DEFAULT_SM`, or :data:`DEFAULT_SM_SMALL` for one non-symmetric problem of few blocks."""
+    bm, bn = DEFAULT_SM.bm, DEFAULT_SM.bn
+    blocks = sum(-(-p.M // bm) * -(-p.N // bn) * p.batch for p in probs)
+    return DEFAULT_SM_SMALL if len(probs) == 1 and not sym and blocks < SMALL_BLOCKS else DEFAULT_SM
 
 
 def fit(cfg: TcConfig, limit: int) -> TcConfig:

@@ -21,14 +21,19 @@ from ..runtime import source as src
 from ..runtime.kernels import get_kernel
 from ..runtime.params import Params
 from .record import _bind, _prm
-from .tc import Problem, choose_config, tc_gemm_grouped
+from .tc import DEFAULT_SM, Problem, choose_config, tc_gemm_grouped
 
-__all__ = ["NS_IO", "Job", "ns_tc", "ns_tc_dispatches", "stage_configs", "to_f16", "MAX_GROUPS"]
+__all__ = ["NS_IO", "Job", "ns_tc", "ns_tc_dispatches", "stage_configs", "to_f16", "MAX_GROUPS", "SM_BASES"]
 
 NS_IO = Params("NsIo", "rows", "cols", "count", "batch", "x_off", "w_off", "p_off", "chunks", "ch", "trans",
                "tiles_c", "tiles", "eps:f32", "scale:f32")
 MAX_GROUPS = 64  # problems per grouped GEMM dispatch (tcconfig's limit)
 _TILE = 32
+# Each stage's kernel on subgroup matrices where the caller gives none (else choose_config's): the second H200 run's
+# "grouped, best per stage" (benchmarks/logs/h200_tc_gemm_bench_second.jsonl): A and X' on tc.DEFAULT_SM, B on it
+# with K steps of 16: 5 steps on GPT-2's 48 matrices in 6.73 ms robustness off, 8.93 on (choose_config's "s1" kernels
+# of the first run everywhere: 7.22 / 9.58; per shape 7.73 / 10.21; A and B whole 9.10 / 11.96)
+SM_BASES = {"B": DEFAULT_SM.with_(bk=16)}
 
 
 @dataclass(frozen=True)
@@ -101,8 +106,8 @@ def ns_tc(dev, enc, jobs, ns_steps, coeffs, eps, keep, mode, cache=None, bases=N
     max(|X|_F, eps)) on every :class:`Job`, in place, as dispatches only (``enc``: a command encoder or a
     ``ComputePass``), on the tensor-core GEMM in ``mode`` ("subgroup-matrix" or "emulated"). ``cache``: a dict the
     caller keeps from step to step (work buffers, parameter buffers, bind groups made once). ``bases``: the kernel
-    configuration to start from per stage ("A", "B", "X"), where not ``tc.choose_config``'s; ``sym=False``: A and B
-    computed whole (an experiment's switch)."""
+    configuration to start from per stage ("A", "B", "X"), where not :data:`SM_BASES`' / ``tc.choose_config``'s;
+    ``sym=False``: A and B computed whole (an experiment's switch)."""
     jobs = [j for j in jobs if j.batch > 0]
     if not jobs:
         return
@@ -157,7 +162,8 @@ def _stages(dev, jobs, lay, coeffs, mode, bases, sym=True) -> list:
     out = []
     for stage, probs, opts in (("A", pa, dict(tb=True, sym=sym)), ("B", pb, dict(epi="d", sym=sym)),
                                ("X", px, dict(epi="d"))):
-        cfg = choose_config(dev, mode, 0, 0, 0, out="f16", problems=probs, base=(bases or {}).get(stage), **opts)
+        base = (bases or {}).get(stage) or (SM_BASES.get(stage) if mode == "subgroup-matrix" else None)
+        cfg = choose_config(dev, mode, 0, 0, 0, out="f16", problems=probs, base=base, **opts)
         out.append((stage, probs, {k: v for k, v in opts.items() if k != "epi"}, cfg))
     return out
 
