@@ -43,7 +43,8 @@ def ours(args, dev, params, grads, name, out):
         for label, extra_kw in ((f"{name}_{TAGS[dt]}", {}),) + (((f"{name}_{TAGS[dt]}_without_refresh", quiet),)
                                                                if i == 0 else ()):
             variant(out, label,
-                    lambda: with_grads(cls(params, device=dev, matmul_dtype=dt, **{**kw, **extra_kw}), grads), dev.sync,
+                    lambda dt=dt, ex=extra_kw: with_grads(cls(params, device=dev, matmul_dtype=dt, **{**kw, **ex}),
+                                                          grads), dev.sync,
                     lambda o: wall_ms(o.step, dev.sync, args.steps, 1))
 
 

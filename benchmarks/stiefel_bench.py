@@ -58,7 +58,7 @@ def ours(args, dev, timer, params, grads, out):
     """The GPU variants (both retractions, each path) added to ``out``."""
     for man in ("euclidean", "canonical"):
         for dt in args.matmul_dtypes.split(","):
-            variant(out, f"{man}_{TAGS[dt]}", lambda: with_grads(rlx_gpu.StiefelSGD(
+            variant(out, f"{man}_{TAGS[dt]}", lambda man=man, dt=dt: with_grads(rlx_gpu.StiefelSGD(
                 params, lr=1e-2, momentum=0.9, manifold=man, device=dev, matmul_dtype=dt), grads), dev.sync,
                     lambda o: timer.calibrated(o.step, 3, probe=1)[0] * 1e3)
 

@@ -55,15 +55,16 @@ def test_cholesky_and_triangular_solves(device, n):
     for factor_, lower_t, want in ((L.astype(np.float32), True, np.linalg.solve(L, y.transpose(0, 2, 1))),
                                    (u, False, np.linalg.solve(u.transpose(0, 2, 1), y.transpose(0, 2, 1)))):
         yb, fb = up(device, y), up(device, factor_)
-        record(device, B, lambda r: factor.trsm_right(r, Mat(yb, 0, rows * n, n), Mat(fb, 0, n * n, n), rows, n, pan,
-                                                      lower_t=lower_t))
+        mats = (Mat(yb, 0, rows * n, n), Mat(fb, 0, n * n, n))
+        record(device, B, lambda r, mats=mats, lower_t=lower_t: factor.trsm_right(r, *mats, rows, n, pan,
+                                                                                  lower_t=lower_t))
         assert rel(down(device, yb, (B, rows, n)), want.transpose(0, 2, 1)) <= 5e-6, lower_t
     x = rng.standard_normal((B, n, q)).astype(np.float32)
     lo = (np.tril(rng.standard_normal((B, n, n))) + 3 * np.eye(n)).astype(np.float32)
     for t, upper in ((u, True), (lo, False)):
         xb, tb = up(device, x), up(device, t)
-        record(device, B, lambda r: factor.trsm_left(r, Mat(xb, 0, n * q, q), Mat(tb, 0, n * n, n), n, q, pan,
-                                                     upper=upper))
+        mats = (Mat(xb, 0, n * q, q), Mat(tb, 0, n * n, n))
+        record(device, B, lambda r, mats=mats, upper=upper: factor.trsm_left(r, *mats, n, q, pan, upper=upper))
         assert rel(down(device, xb, (B, n, q)), np.linalg.solve(t.astype(np.float64), x)) <= 5e-6, upper
 
 
@@ -96,8 +97,9 @@ def test_products_with_a_triangle(device, s):
              ("both_upper", False, False, U, U, s, s, s, U @ U)]
     for tri, ta, tb, a, b, M, N, K, want in cases:
         ab, bb, cb = up(device, a), up(device, b), up(device, np.zeros((B, M, N), np.float32))
-        record(device, B, lambda r: factor.tri_gemm(r, Mat(ab, 0, a[0].size, a.shape[2]), Mat(bb, 0, b[0].size,
-                                                    b.shape[2]), Mat(cb, 0, M * N, N), M, N, K, ta=ta, tb=tb, tri=tri))
+        args = (Mat(ab, 0, a[0].size, a.shape[2]), Mat(bb, 0, b[0].size, b.shape[2]), Mat(cb, 0, M * N, N), M, N, K)
+        kw = dict(ta=ta, tb=tb, tri=tri)
+        record(device, B, lambda r, args=args, kw=kw: factor.tri_gemm(r, *args, **kw))
         assert rel(down(device, cb, (B, M, N)), want) <= 3e-6, tri
 
 

@@ -92,7 +92,7 @@ def test_float16_path_follows_the_twin_and_stays_on_the_manifold(device, manifol
     if path != "auto":
         gpu._mm_path = path
     rng = np.random.default_rng(10)
-    for s in range(30):
+    for _ in range(30):
         g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in x0.items()}
         gpu.step(g)
         twin.step(g)

@@ -14,7 +14,7 @@ T factors), ``work`` two buffers of ``batch * 32 * max(c, nq)`` floats.
 from __future__ import annotations
 
 from ..runtime.params import Params, declare
-from .factor import BLOCK, Mat, Rec, _mm, _run, copy2d
+from .factor import BLOCK, Mat, Rec, _mm, copy2d
 
 __all__ = ["qr", "form_q", "positive_r", "HH", "SIGN"]
 

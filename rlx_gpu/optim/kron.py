@@ -115,7 +115,7 @@ class Kron(MatrixOptimizer):
         gm_word = self._grad_mul_word()
         words = np.zeros((self._mp.size // 4,), np.uint32)
         runs = self._runs(self._settings)
-        for shape, run, (into, plr, _), rows in runs:
+        for shape, run, (into, _, _), rows in runs:
             w = self._work[shape]
             for t in run:
                 g = self.param_groups[self._group_of[t]]
@@ -173,36 +173,7 @@ class Kron(MatrixOptimizer):
         if bal:
             run_k("kron_balance", B, words=dict(m=m, n=n, batch=B, q0_off=q0.off, q1_off=q1.off), q="Q_0", sa="Q_1")
         if update:
-            pr.half("q0", q0, m, m)
-            pr.half("q1", q1, n, n)
-            pr.half("h", mat("ds" if into else "hs", m, n), m, n)
-            pr.mm("q0", "h", mat("ts", m, n), m, n, m, tri="a_upper")  # A = Q_0 h Q_1^T
-            pr.half("t", mat("ts", m, n), m, n)
-            pr.mm("t", "q1", mat("as", m, n), m, n, n, tb=True, tri="b_lower")
-            # B = Q_0^-T V Q_1^-1 (float32): W = V^T Q_0^-1 (n x m, in ts), then B = W^T Q_1^-1 (in bs); panels in Sa
-            copy2d(r, mat("ts", n, m), mat("vs", m, n), n, m, transpose=True)
-            trsm_right(r, mat("ts", n, m), q0, n, m, w["Sa"])
-            copy2d(r, mat("bs", m, n), mat("ts", n, m), m, n, transpose=True)
-            trsm_right(r, mat("bs", m, n), q1, m, n, w["Sa"])
-            pr.half("a", mat("as", m, n), m, n)
-            pr.half("b", mat("bs", m, n), m, n)
-            for side, sz in (("Q_0", m), ("Q_1", n)):
-                ss, other = sz * sz, mn // sz
-                sa, sb = Mat(w["Sa"], 0, ss, sz), Mat(w["Sb"], 0, ss, sz)
-                kw = dict(tb=True) if side == "Q_0" else dict(ta=True)
-                pr.mm("a", "a", sa, sz, sz, other, **kw)  # A A^T and B B^T (side 0), A^T A and B^T B (side 1)
-                pr.mm("b", "b", sb, sz, sz, other, **kw)
-                run_k("kron_terms", -(-B * ss // 256), words=dict(count=B * ss), sa="Sa", sb="Sb")
-                cols = B * -(-sz // 256)  # norm_lower_bound(t1 + t2) into bound, in passes
-                for what in range(4):
-                    nl = dict(s=sz, batch=B, slot0=s0, what=what)
-                    run_k("kron_nl_col", cols, words=nl, sb="Sb", xv="xv", vals="nl")
-                    run_k("kron_nl_vec", B, words=nl, xv="xv", vals="nl", q="bound")
-                run_k("kron_tri", -(-B * ss // 256), words=dict(s=sz, count=B * ss, plr=plr, slot0=s0), sa="Sa",
-                      vals="bound")
-                pr.half("T", sa, sz, sz)
-                pr.mm("T", "q0" if side == "Q_0" else "q1", sb, sz, sz, sz, tri="both_upper")  # T Q (its triangle)
-                run_k("kron_sub", -(-B * ss // 256), words=dict(count=B * ss, off=s0 * ss, s=sz), q=side, sb="Sb")
+            self._update_factors(r, pr, mat, run_k, shape, s0, B, into, plr)
         # P = Q_0^T Q_0 d Q_1^T Q_1 (into as), its RMS cap, the update
         pr.half("q0", q0, m, m)
         pr.half("q1", q1, n, n)
@@ -217,6 +188,43 @@ class Kron(MatrixOptimizer):
         run_k("kron_rms", B, words=dict(count=mn, off=s0 * mn, batch=B, slot0=s0), sx="as", vals="scale")
         for (rr, b, c, ln) in rows:
             kapp.dispatch(enc, self._pbind(kapp, rr, b, c, w), -(-ln // 256))
+
+    def _update_factors(self, r, pr, mat, run_k, shape, s0, B, into, plr) -> None:
+        """An update step's factor moves for a run of B matrices of ``shape`` (from slot ``s0``): A and B, then per
+        side the terms, their norm lower bound and ``Q_i -= triu(...) Q_i``."""
+        (m, n), w = shape, self._work[shape]
+        mn = m * n
+        q0, q1 = mat("Q_0", m, m), mat("Q_1", n, n)
+        pr.half("q0", q0, m, m)
+        pr.half("q1", q1, n, n)
+        pr.half("h", mat("ds" if into else "hs", m, n), m, n)
+        pr.mm("q0", "h", mat("ts", m, n), m, n, m, tri="a_upper")  # A = Q_0 h Q_1^T
+        pr.half("t", mat("ts", m, n), m, n)
+        pr.mm("t", "q1", mat("as", m, n), m, n, n, tb=True, tri="b_lower")
+        # B = Q_0^-T V Q_1^-1 (float32): W = V^T Q_0^-1 (n x m, in ts), then B = W^T Q_1^-1 (in bs); panels in Sa
+        copy2d(r, mat("ts", n, m), mat("vs", m, n), n, m, transpose=True)
+        trsm_right(r, mat("ts", n, m), q0, n, m, w["Sa"])
+        copy2d(r, mat("bs", m, n), mat("ts", n, m), m, n, transpose=True)
+        trsm_right(r, mat("bs", m, n), q1, m, n, w["Sa"])
+        pr.half("a", mat("as", m, n), m, n)
+        pr.half("b", mat("bs", m, n), m, n)
+        for side, sz in (("Q_0", m), ("Q_1", n)):
+            ss, other = sz * sz, mn // sz
+            sa, sb = Mat(w["Sa"], 0, ss, sz), Mat(w["Sb"], 0, ss, sz)
+            kw = dict(tb=True) if side == "Q_0" else dict(ta=True)
+            pr.mm("a", "a", sa, sz, sz, other, **kw)  # A A^T and B B^T (side 0), A^T A and B^T B (side 1)
+            pr.mm("b", "b", sb, sz, sz, other, **kw)
+            run_k("kron_terms", -(-B * ss // 256), words=dict(count=B * ss), sa="Sa", sb="Sb")
+            cols = B * -(-sz // 256)  # norm_lower_bound(t1 + t2) into bound, in passes
+            for what in range(4):
+                nl = dict(s=sz, batch=B, slot0=s0, what=what)
+                run_k("kron_nl_col", cols, words=nl, sb="Sb", xv="xv", vals="nl")
+                run_k("kron_nl_vec", B, words=nl, xv="xv", vals="nl", q="bound")
+            run_k("kron_tri", -(-B * ss // 256), words=dict(s=sz, count=B * ss, plr=plr, slot0=s0), sa="Sa",
+                  vals="bound")
+            pr.half("T", sa, sz, sz)
+            pr.mm("T", "q0" if side == "Q_0" else "q1", sb, sz, sz, sz, tri="both_upper")  # T Q (its triangle)
+            run_k("kron_sub", -(-B * ss // 256), words=dict(count=B * ss, off=s0 * ss, s=sz), q=side, sb="Sb")
 
     def _products(self, r, shape, s0) -> HalfProducts:
         """The float16 products of a run (matmul_dtype="float16"): float16 copies by name in the shape's buffers."""
