@@ -93,7 +93,7 @@ def time_group(dev, timer, opt: str, precision: str, shapes, args, say) -> list:
             rows.append({"optimizer": opt, "dtype": precision, "variant": v, "error": f"{type(e).__name__}: {e}"[:2000]})
     got = {v: [] for v in built}
     for _ in range(args.rounds):
-        for v, (o, step, n) in built.items():
+        for v, (_o, step, n) in built.items():
             try:
                 got[v].append(timer.measure(step, n, args.repeats)[0])
             except Exception as e:
@@ -165,7 +165,7 @@ def table(rows: list, base: list, copy_gbps: float) -> str:
     for (opt, dt), vs in got.items():
         d, o, x = vs.get("default"), vs.get("off"), ref.get((opt, dt), {})
         cells = " ".join(f"{vs[c]['gbps'] / copy_gbps:6.3f}" if c in vs else f"{'-':>6}" for c in COLUMNS)
-        ratio = (lambda k: f"{x[k] / d['ms_per_step']:7.2f}" if d and k in x else f"{'-':>7}")  # noqa: E731
+        ratio = (lambda k, x=x, d=d: f"{x[k] / d['ms_per_step']:7.2f}" if d and k in x else f"{'-':>7}")  # noqa: E731
         out.append(f"{opt:10} {dt:11} {cells} " + (f"{d['ms_per_step']:8.3f} " if d else f"{'-':>8} ")
                    + (f"{o['ms_per_step'] / d['ms_per_step']:6.3f} " if d and o else f"{'-':>6} ")
                    + ratio("torch") + " " + ratio("bnb")[1:])

@@ -148,7 +148,7 @@ def gpu_ms(dev, record, reps: int, repeats: int = 5) -> float:
     return float(np.median((t[3::2] - t[2::2]) / reps) * 1e-6)
 
 
-def f16_buffers(dev, count: int, n, seed, _made={}):
+def f16_buffers(dev, count: int, n, seed, _made={}):  # noqa: B006 (a deliberate per-process cache)
     """``n`` float16 buffers of ``count`` random values (kept per device and size: the variants share them)."""
     from rlx_gpu.linalg import tc
     key = (id(dev), int(count), n, seed)
@@ -228,7 +228,8 @@ class Bench:
                 t = getattr(torch, dt)
                 a = torch.randn(batch, *((K, M) if ta else (M, K)), device="cuda", dtype=t)
                 b = torch.randn(batch, *((N, K) if tb else (K, N)), device="cuda", dtype=t)
-                ms = cuda_ms(torch, lambda: torch.matmul(a.mT if ta else a, b.mT if tb else b), 5, steps=10, warmup=2)
+                ms = cuda_ms(torch, lambda a=a, b=b, ta=ta, tb=tb: torch.matmul(a.mT if ta else a, b.mT if tb else b), 5,
+                             steps=10, warmup=2)
                 self.rec("torch_gemm", shape=sname, dtype=dt + ("+tf32" if tf32 else ""), ms=ms,
                          tflops=2 * M * N * K * batch / ms / 1e9)
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -320,7 +321,7 @@ class Bench:
         """Newton-Schulz's B and X' GEMMs with each epilogue of :data:`EPILOGUES`, the best two kernels of each."""
         for st in "BX":
             for label in self.best("fast", NS_SHAPES[st], 2):
-                for ename, e in EPILOGUES.items():
+                for e in EPILOGUES.values():
                     if e and self.left() > 75 and (st == "B" or "sym" not in e):
                         self.time_gemm("fast", label, VARIANTS[label], NS_SHAPES[st], **e)
 
@@ -350,7 +351,7 @@ class Bench:
                     break
                 cache, keep = {}, []
 
-                def rec(cp, opts=opts, cache=cache, keep=keep):
+                def rec(cp, opts=opts, cache=cache, keep=keep, jobs=jobs, dev=dev):
                     if opts is None:
                         for j in jobs:
                             ns_encode16(dev, cp, j.x, 0, 12, j.m, j.n, 5, COEFF, 1e-7, keep, cache)

@@ -10,7 +10,6 @@ import json
 import os
 import sys
 
-import numpy as np
 
 FEATURES = ("chromium-experimental-subgroup-matrix", "subgroups", "shader-f16", "timestamp-query")
 

@@ -14,11 +14,7 @@ MAX_LINES = 330  # "about 300"
 # A function's lines (its def to its last line, docstring included): today's longest outside the exemptions below
 # are 57-60 (Optimizer.__init__, the bench's parse_args).
 MAX_FUNCTION_LINES = 60
-FUNCTION_EXEMPT = {  # "module path::function": why it is longer, for now
-    "engine/qcodegen.py::q_elementwise": "the quantized emitter, being folded into codegen._elementwise (issue 26.5)",
-    "engine/qcodegen.py::q_helpers": "the quantized loads and stores, folded with it into one emitter (issue 26.5)",
-    "engine/codegen.py::_elementwise": "the elementwise emitter that the fold above rewrites (issue 26.5)",
-}
+FUNCTION_EXEMPT: dict = {}  # "module path::function": why it is longer (none now: the emitters were folded)
 
 
 def module_name(path: Path) -> str:

@@ -87,11 +87,11 @@ class Muon(MatrixOptimizer):
                 base += len(members)
         dev.queue.write_buffer(self._mp, 0, words)
         km, ka = self._k("muon_momentum"), self._k("muon_apply")
-        for shape, base, count, steps, coeffs, eps, dt, rows in jobs:
+        for shape, *_, rows in jobs:
             for (r, b, c, ln) in rows:
                 km.dispatch(enc, self._mbind(km, r, b, c, self._scratch[shape]), -(-ln // 256))
         self._newton_schulz(enc, jobs, keep)
-        for shape, base, count, steps, coeffs, eps, dt, rows in jobs:
+        for shape, *_, rows in jobs:
             for (r, b, c, ln) in rows:
                 ka.dispatch(enc, self._mbind(ka, r, b, c, self._scratch[shape]), -(-ln // 256))
         self._keep = keep  # (the parameter buffers of this step's GEMMs, until the next step)
@@ -107,7 +107,7 @@ class Muon(MatrixOptimizer):
         set of dispatches per setting (or one by one on gemm16 where the device has no tensor-core path)."""
         dev, grouped = self.device, {}
         path = self.ns_path if any(j[6] == "float16" for j in jobs) else "tiled"
-        for shape, base, count, steps, coeffs, eps, dt, rows in jobs:
+        for shape, base, count, steps, coeffs, eps, dt, _rows in jobs:
             m, n = shape
             if dt == "float16" and path != "tiled":
                 job = linalg.Job(self._scratch[shape], base * m * n, count, m, n, len(self._groups[shape]))
