@@ -15,6 +15,7 @@ const E5M2: u32 = 2u;
 const SATURATE: u32 = 4u;
 const MOVING: u32 = 8u;
 const SYMMETRIC: u32 = 16u;
+const NOFUSE: u32 = 0x80000000u;  // (never set: rounded())
 
 @group(0) @binding(0) var<storage, read> args: QatArgs;
 @group(0) @binding(1) var<storage, read_write> qp: array<vec4<f32>>;
@@ -160,6 +161,10 @@ fn unord(u: u32) -> f32 {
     if (u == 0xffffffffu) { return bitcast<f32>(u & 0x7fffffffu); }  // (a NaN; Tint refuses NaN constants)
     return bitcast<f32>(select(~u, u & 0x7fffffffu, (u >> 31u) == 1u));
 }
+// torch rounds the moving average's product before the add (two tensor ops); a GPU compiler may fuse `a + k * d`
+// into one FMA (SPIR-V without NoContraction lets NVIDIA's driver do it: a last bit apart on the H200). The
+// product passes through its bits and a flag word the host never sets (NOFUSE), which no compiler can see through.
+fn rounded(v: f32) -> f32 { return bitcast<f32>(bitcast<u32>(v) | (args.flags & NOFUSE)); }
 fn nan_of(a: f32, b: f32) -> f32 { return select(b, a, fq_isnan(a)); }  // whichever is NaN (torch.min/max's)
 // mm[2c] holds ~ord(min) (so atomicMax takes the min), mm[2c + 1] ord(max); both 0 = nothing seen.
 @compute @workgroup_size(WG)
@@ -199,7 +204,7 @@ fn obs_update(@builtin(global_invocation_id) gid: vec3<u32>) {
             cur = vec2<f32>(mn, mx);
         } else if (flag(MOVING)) {
             let k = args.averaging;
-            cur = vec2<f32>(cur.x + k * (mn - cur.x), cur.y + k * (mx - cur.y));
+            cur = vec2<f32>(cur.x + rounded(k * (mn - cur.x)), cur.y + rounded(k * (mx - cur.y)));
         } else {
             cur = vec2<f32>(select(min(mn, cur.x), nan_of(mn, cur.x), fq_isnan(mn) || fq_isnan(cur.x)),
                             select(max(mx, cur.y), nan_of(mx, cur.y), fq_isnan(mx) || fq_isnan(cur.y)));

@@ -105,18 +105,58 @@ def fp8_inputs(rng):
     return np.concatenate([b, special, -special])
 
 
+# The boundary rule, by hand: round to nearest even, then past the largest finite value (e4m3fn 448: 464 is the tie
+# that rounds down, 465 rounds up; e5m2 57344: 61440 is the tie that rounds up) saturate=True gives +-max (inf too)
+# and saturate=False the OCP non-saturating result (e4m3fn NaN 0x7f, e5m2 inf 0x7c). NaN is 0x7f either way.
+FP8_EDGES = {"e4m3fn": ([448, 464, 465, 479.9, 480, 1e6, np.inf, np.nan],
+                        [0x7e, 0x7e, 0x7e, 0x7e, 0x7e, 0x7e, 0x7e, 0x7f], [0x7e, 0x7e, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f]),
+             "e5m2": ([57344, 61439, 61440, 65536, 1e6, np.inf, np.nan],
+                      [0x7b, 0x7b, 0x7b, 0x7b, 0x7b, 0x7b, 0x7f], [0x7b, 0x7b, 0x7c, 0x7c, 0x7c, 0x7c, 0x7f])}
+TORCH_FP8 = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+def torch_fp8_saturates(fmt: str) -> bool:
+    """Which of our two rules the installed torch's ``.to(float8)`` follows out of range. torch changed its e4m3fn
+    cast: up to 2.11 it gives NaN (saturate=False: the OCP rule, ml_dtypes'); 2.13 saturates to 448 (saturate=True;
+    pytorch PR 178817, "Properly saturate E4M3 on finite-overflow on CPU/C++ conversion code"). e5m2 gives inf in
+    both. In range the versions agree."""
+    v = torch.tensor([1e6]).to(TORCH_FP8[fmt]).float().item()  # (past both formats' largest)
+    return bool(np.isfinite(v))
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+def test_fp8_boundaries_follow_the_documented_rule(fmt):
+    """The values at and past the largest finite float8 value, both signs, against the rule written above."""
+    v, sat, nosat = FP8_EDGES[fmt]
+    x = np.array(v + [-a for a in v], np.float32)
+    for flag, want in ((True, sat), (False, nosat)):
+        codes = R.fp8_codes(x, fmt, flag)
+        assert codes.tolist() == want + [c | 0x80 for c in want], (fmt, flag)
+
+
 @pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
 def test_fp8_twin_is_torch(fmt):
-    """Round trips through torch's casts: e4m3fn's cast saturates in torch 2.13 (saturate=True is it), e5m2's
-    overflows to inf (saturate=False is it); saturate=True is torch.clamp(x, -max, max).to(fp8) in both, and
-    saturate=False is ml_dtypes' (IEEE-style) cast for non-NaN inputs."""
+    """Round trips through torch's casts: bit for bit where our two rules agree (every value that rounds within
+    range, and NaN: the same in every torch); out of range torch's cast is one of the two rules, whole (e5m2: inf,
+    saturate=False, in every torch; e4m3fn: NaN up to torch 2.11, 448 in torch 2.13: :func:`torch_fp8_saturates`).
+    saturate=True is torch.clamp(x, -max, max).to(fp8) in both formats and saturate=False is ml_dtypes' cast for
+    non-NaN inputs."""
     import ml_dtypes
-    dt = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt]
+    dt = TORCH_FP8[fmt]
     x = fp8_inputs(np.random.default_rng(2))
     t = torch.from_numpy(x.copy())
     cast = t.to(dt)
-    torch_sat = fmt == "e4m3fn"
-    assert (R.fp8_codes(x, fmt, torch_sat) == cast.view(torch.uint8).numpy()).all()
+    codes = cast.view(torch.uint8).numpy()
+    agree = R.fp8_codes(x, fmt, True) == R.fp8_codes(x, fmt, False)
+    assert 0 < (~agree).sum() < agree.sum()  # (both kinds of input are there)
+    assert (R.fp8_codes(x[agree], fmt, True) == codes[agree]).all()
+    torch_sat = torch_fp8_saturates(fmt)
+    version = tuple(int(a) for a in torch.__version__.split(".")[:2])
+    if fmt == "e5m2" or version <= (2, 11):
+        assert not torch_sat
+    elif version >= (2, 13):
+        assert torch_sat
+    assert (R.fp8_codes(x, fmt, torch_sat) == codes).all()
     assert (bits(R.fake_quantize_fp8(x, fmt, torch_sat)) == bits(cast.float().numpy())).all()
     top = R.FP8[fmt][0]
     clamped = t.clamp(-top, top).to(dt)
@@ -219,8 +259,8 @@ def test_gpu_fp8_is_torch(device, fmt):
     for sat in (True, False):
         got = qat.fake_quantize_fp8(x, fmt, sat, device=device)
         assert (bits(got) == bits(R.fake_quantize_fp8(x, fmt, sat))).all(), sat
-    cast = torch.from_numpy(x.copy()).to({"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt]).float()
-    assert (bits(qat.fake_quantize_fp8(x, fmt, fmt == "e4m3fn", device=device)) == bits(cast.numpy())).all()
+    cast = torch.from_numpy(x.copy()).to(TORCH_FP8[fmt]).float()  # (torch's rule out of range: torch_fp8_saturates)
+    assert (bits(qat.fake_quantize_fp8(x, fmt, torch_fp8_saturates(fmt), device=device)) == bits(cast.numpy())).all()
     dy = np.random.default_rng(6).standard_normal(x.size).astype(np.float32)
     assert (bits(qat.ste_backward_fp8(dy, x, fmt, device=device)) == bits(R.ste_backward_fp8(dy, x, fmt))).all()
 
@@ -279,6 +319,25 @@ def test_gpu_observers_are_torch(device, name):
     s, z = obs.calculate_qparams()
     y = qat.fake_quantize_per_tensor_affine(x, obs.qparams, None, obs.quant_min, obs.quant_max, device=device)
     assert (bits(y) == bits(torch_pt(x, float(s[0]), int(z[0]), 0, 255))).all()
+
+
+def test_the_observer_batches_tell_a_fused_moving_average_apart():
+    """The batches test_gpu_observers_are_torch feeds: torch rounds min + c * (cur - min)'s product before the add,
+    and on them a fused multiply-add (what NVIDIA's compiler made of the kernel before ``rounded()`` in
+    qat_kernels.wgsl: scales a last bit apart on the H200) gives other bits, so that test tells the two apart."""
+    xs = batches(np.random.default_rng(9), shape=(5, 3, 7))
+    c = np.float32(0.3)
+    twin = O.MovingAverageMinMaxObserver(averaging_constant=0.3)
+    fused = apart = None
+    for x in xs:
+        twin(x)
+        cur = np.array([x.min(), x.max()], np.float32)
+        if fused is None:
+            fused = cur
+            continue
+        fused = (fused.astype(np.float64) + np.float64(c) * (cur - fused).astype(np.float64)).astype(np.float32)
+        apart = apart or bool((bits(fused) != bits(np.array([twin.min_val, twin.max_val], np.float32))).any())
+    assert apart
 
 
 @pytest.mark.gpu

@@ -234,13 +234,49 @@ def test_refresh_of_rank_deficient_factors(device):
 
 
 # -- matmul_dtype="float16": the products' inputs in float16 (tests/test_factor.py for the primitives) ---------------
-# "auto" runs the tensor-core GEMM where the adapter has subgroup matrices and gemm16 elsewhere (llvmpipe), "emulated"
-# the tensor-core kernel written out. Tolerances on the displacement's relative error |dp - dp_twin| / |dp_twin|
-# (Frobenius, per tensor) after the first update, which is Adam's sign-like first step in the rotated space (entries
-# within f16's rounding of zero flip: the error is chance's), and after 12 steps, when later steps have diluted it:
-# 0.15 and 5e-2 on every path (measured, emulated and gemm16: 4.2e-2 to 6.4e-2 and 1.0e-2 to 1.6e-2); GG 2e-3 and
-# exp_avg_sq 1e-2 relative to their largest entry (measured 4.4e-4 and 3.6e-3).
+# "auto" runs the tensor-core GEMM where the adapter has subgroup matrices and gemm16 elsewhere, "emulated" the
+# tensor-core kernel written out. gemm16 sums 16 products at a time in float16 FMAs, which NVIDIA's driver rounds to
+# float16 each (llvmpipe's results sit closer to float32 sums; benchmarks/soap_f16_first_step.py simulates both:
+# float16 sums give about 2.5 times the float32 sums' error).
+#
+# The first update (step 1) is Adam's sign-like first step in the rotated space: u_ij = m~_ij / |g~_ij| with
+# m~ = Q_0^T m Q_1 and g~ = Q_0^T g Q_1 each projected in float16 (m = (1 - b1) g rounded apart), so where |g~_ij| is
+# within float16's error of zero the entry is a ratio of two rounding errors (Cauchy-like: unbounded, whatever the
+# adapter), and one such entry decides a Frobenius error of the whole update (0.04-0.06 on llvmpipe, 0.17 on the
+# H200: a comparison with a fixed bound there tests luck). So step 1 is compared in the rotated space on the
+# well-posed entries, with a bound derived from float16's unit roundoff u = 2^-11 and the shapes (m x n):
+#   the projection of x sums K = m + n + 4 rounded terms per entry (x, Q_0, Q_1 rounded to f16, the m then the n
+#   products summed, the intermediate rounded once); by the probabilistic rounding-error bound (Higham and Mary
+#   2019) its error is within d_ij = LAM * sqrt(K) * u * T_ij, T_ij = sqrt(sum_kl (Q_0[k,i] x[k,l] Q_1[l,j])^2) the
+#   root sum of squares of the terms, for LAM = 3 (probability 1 - 2 exp(-LAM^2 / 2) per entry, per sum);
+#   well-posed: |g~_ij| > WELL d_ij (WELL = 10: 7% of the entries left out; the rest move by at most 2/9);
+#   there the ratio moves by at most D_ij = 2 d_ij / (|g~_ij| - d_ij);
+#   projecting the update back adds, in Frobenius norm, E = LAM * sqrt(K) * u * || sqrt(Q_0^2 U^2 Q_1^2^T) ||;
+#   both updates scaled to unit RMS over the well-posed entries (the normalization the step applies, and lr, drop
+#   out), their relative difference is at most 2 (||D|| + E) / sqrt(#well-posed).
+# (Simulated over 300 random 12 x 20 cases with float16 sums (benchmarks/soap_f16_first_step.py): errors 0.003 median, 0.0045 at most, bounds
+# 0.10 to 0.18; measured on llvmpipe: 0.001 to 0.004 against bounds 0.11 to 0.14, and an update with one column's
+# projection lost is 0.19 to 0.36 apart.) The intermediate steps' displacements still hold step 1's ill-posed
+# entries; after 12 steps later steps have diluted them: 5e-2 (measured, emulated and gemm16 on llvmpipe: 1.0e-2 to
+# 1.6e-2); GG 2e-3 and exp_avg_sq 1e-2 relative to their largest entry (measured 4.4e-4 and 3.6e-3).
+# test_gpu_equals_pytorch_optimizer still compares every step's displacement: 0.15, then 5e-2 after 12 steps.
 F16_TOL = dict.fromkeys(("subgroup-matrix", "emulated", "tiled"), (0.15, 5e-2))
+LAM, WELL, U16 = 3.0, 10.0, 2.0 ** -11
+
+
+def first_update_apart(q0, q1, g, dp_gpu, dp_twin):
+    """(the relative difference of the two first updates over the well-posed rotated entries, its bound: above)."""
+    q0, q1, g = (np.asarray(v, np.float64) for v in (q0, q1, g))
+    k = sum(g.shape) + 4
+    gp = q0.T @ g @ q1
+    d = LAM * np.sqrt(k) * U16 * np.sqrt((q0 ** 2).T @ g ** 2 @ q1 ** 2)
+    well = np.abs(gp) > WELL * d
+    rg, rt = (q0.T @ np.asarray(x, np.float64) @ q1 for x in (dp_gpu, dp_twin))
+    rg, rt = rg / np.sqrt(np.mean(rg[well] ** 2)), rt / np.sqrt(np.mean(rt[well] ** 2))
+    e = LAM * np.sqrt(k) * U16 * np.linalg.norm(np.sqrt(q0 ** 2 @ rg ** 2 @ (q1 ** 2).T))
+    bound = 2 * (np.linalg.norm(2 * d[well] / (np.abs(gp[well]) - d[well])) + e) / np.sqrt(well.sum())
+    assert well.mean() > 0.8, well.mean()  # (the ill-posed entries are the few near zero)
+    return np.linalg.norm(rg[well] - rt[well]) / np.linalg.norm(rt[well]), bound
 
 
 def float16_soap(p0, device, path, **kw):
@@ -256,7 +292,7 @@ def float16_soap(p0, device, path, **kw):
 def test_float16_path_follows_the_twin(device, path):
     p0 = params({**SQUARE, **WIDE}, 27)
     kw = dict(lr=1e-2, precondition_frequency=3, normalize_gradient=True)
-    gpu, (first, later) = float16_soap(p0, device, path, **kw)
+    gpu, (_, later) = float16_soap(p0, device, path, **kw)
     twin = Twin(p0, **kw)
     rng = np.random.default_rng(28)
     for s in range(12):
@@ -267,11 +303,17 @@ def test_float16_path_follows_the_twin(device, path):
             sd = twin.state_dict()
             sd["param_groups"][0]["matmul_dtype"] = "float16"
             gpu.load_state_dict(sd)
+            bases = {n: (twin.state[n]["Q_0"].copy(), twin.state[n]["Q_1"].copy()) for n in p0}  # (step 1's)
             continue
-        got = gpu.read_params()
+        if s == 1 or s == 11:
+            got = gpu.read_params()
         for n in p0:
-            err = np.linalg.norm(got[n] - twin.params[n]) / np.linalg.norm(twin.params[n] - p0[n])
-            assert err <= (later if s == 11 else first), (s, n, err)
+            if s == 1:
+                err, bound = first_update_apart(*bases[n], g[n], got[n] - p0[n], twin.params[n] - p0[n])
+                assert err <= bound, (s, n, err, bound)
+            elif s == 11:
+                err = np.linalg.norm(got[n] - twin.params[n]) / np.linalg.norm(twin.params[n] - p0[n])
+                assert err <= later, (s, n, err)
     st = gpu.state_dict()["state"]
     for n in p0:
         for k, tol in (("GG_0", 2e-3), ("GG_1", 2e-3), ("exp_avg_sq", 1e-2)):

@@ -14,7 +14,8 @@ operations (PyTorch 2.13, ``aten/src/ATen/native/quantized/cpu/kernels/Quantized
 
 Measured on torch 2.13's CPU kernels (tests/test_qat.py): per tensor +inf gives quant_max and -inf, NaN quant_min;
 per channel +-inf and NaN all give quant_min; ``x.to(torch.float8_e4m3fn)`` saturates (inf and 1e6 give 448), so
-``saturate=True`` is torch's e4m3fn cast and ``saturate=False`` its e5m2 cast.
+``saturate=True`` is torch 2.13's e4m3fn cast and ``saturate=False`` its e5m2 cast. torch up to 2.11 gave e4m3fn NaN
+past 464 (the OCP non-saturating rule, ``saturate=False``); in range every version casts alike.
 """
 from __future__ import annotations
 

@@ -94,7 +94,8 @@ def _fp8_flags(who, fmt, saturate) -> int:
 
 def fake_quantize_fp8(x, fmt: str = "e4m3fn", saturate: bool = True, *, device=None):
     """``x`` rounded to float8 ``fmt`` (nearest even) and back to float32; ``saturate`` clamps +-inf and out of
-    range values to +-max (torch 2.13's e4m3fn cast does; ``saturate=False``: e4m3fn NaN, e5m2 inf)."""
+    range values to +-max (torch 2.13's e4m3fn cast does; ``saturate=False``: e4m3fn NaN, e5m2 inf, as torch 2.11's
+    casts)."""
     who = "rlx_gpu.qat.fake_quantize_fp8"
     flags = _fp8_flags(who, fmt, saturate)
     xo = operand(who, "x", x, _dev(device))

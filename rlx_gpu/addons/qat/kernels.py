@@ -15,7 +15,7 @@ __all__ = ["QParams", "Operand", "operand", "run", "args_words", "PER_CHANNEL", 
            "SYMMETRIC"]
 
 F32 = np.float32
-PER_CHANNEL, E5M2, SATURATE, MOVING, SYMMETRIC = 1, 2, 4, 8, 16
+PER_CHANNEL, E5M2, SATURATE, MOVING, SYMMETRIC = 1, 2, 4, 8, 16  # (bit 31: NOFUSE in the WGSL, never set)
 WG, EPT = 256, 4
 SHADER = "qat_kernels.wgsl"
 # The kernels' arguments, read by name in qat_kernels.wgsl (``args.qmin``): the elements, channels, elements per
