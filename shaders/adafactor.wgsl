@@ -3,8 +3,8 @@
 //   >= 2 dims [B, m, n]: R = lerp(R, mean_n(g*g), w); C = lerp(C, mean_m(g*g), w); v = R*C / max(mean_m(R), eps1)
 //   <  2 dims:           V = lerp(V, g*g, w); v = V
 //   u = rsqrt(max(v, eps1^2)) * g;  p += -alpha / max(1, RMS(u)/d) * u
-// Eight passes per step, no host round trip:
-//   stats       (elementwise)   per-block sums of p*p
+// Seven passes per step (eight with Adafactor.MERGE off: stats first), no host round trip:
+//   stats       (elementwise)   per-block sums of p*p (MERGE off; on: update_norm takes them)
 //   rows        (custom)        per-row sums of g*g over row segments (RPW segments a workgroup), added into RA (a
 //                               row split over chunks adds twice)
 //   cols        (custom)        per-(row tile, column) sums of g*g, added into the column partials (rows of a
@@ -12,7 +12,7 @@
 //   finish      (custom)        per job: WG rows of R updated from RA (which it zeroes), their sum into RS; or WG
 //                               columns of C updated from the column partials (which it zeroes)
 //   mean        (custom)        M = mean_m(R) from RS, per (tensor, batch)
-//   update_norm (elementwise)   V updated (unfactored); per-block sums of u*u
+//   update_norm (elementwise)   V updated (unfactored); per-block sums of p*p (MERGE) and u*u
 //   ratio       (per tensor)    scale = -alpha / max(1, RMS(u)/d)  (the tensor's tensor_scalar)
 //   apply       (elementwise)   p = p*(1 - lr*wd) + scale*u
 // `aux` holds, per factored tensor at word A: R [B*m], C [B*n], RA [B*m], M [B], RS [B*ceil(m/WG)]; its column
@@ -71,6 +71,7 @@ fn update_norm(r: Rec, e: u32, p: vec4<f32>, g: vec4<f32>, s: State) -> Out {
         }
     }
     let u = direction(r, e, g);
+    o.sum_a = p * p;  // (RMS(p) where the pass loads p: Adafactor.MERGE; p is zero otherwise, and .x not kept)
     o.sum_b = u * u;
     return o;
 }

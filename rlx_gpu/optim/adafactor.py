@@ -1,6 +1,6 @@
 """Adafactor on the GPU: ``shaders/adafactor.wgsl``. The factored second moments (row and column means of g*g)
 are tiny next to the tensors, so they live in one small float32 ``aux`` buffer (with the unfactored tensors'
-second moments) instead of param-sized arenas; eight passes per step, no host round trip."""
+second moments) instead of param-sized arenas; seven passes per step (``MERGE`` off: eight), no host round trip."""
 from __future__ import annotations
 
 import numpy as np
@@ -37,12 +37,21 @@ class Adafactor(Optimizer):
               "cols:u32", "col_parts:u32", "batch:u32", "numel:u32")
     flags = ("factored", "decay")
     constants = {"RT": RT, "RPW": RPW}
-    passes = (Pass("stats", fn="stats", param="r", grad="", reduce="x"),
-              Pass("rows", kind="custom"), Pass("cols", kind="custom"), Pass("finish", kind="custom"),
+    # MERGE (a subclass may turn it off): RMS(p)'s per-block sums taken by update_norm (which then reads p too) instead of a stats pass of their
+    # own: seven dependent passes, not eight, the same bytes, bit for bit the same sums (the same driver's order)
+    MERGE = True
+    passes = (Pass("rows", kind="custom"), Pass("cols", kind="custom"), Pass("finish", kind="custom"),
               Pass("mean", kind="custom"),
-              Pass("update_norm", fn="update_norm", param="", reduce="y"),
+              Pass("update_norm", fn="update_norm", param="r", reduce="xy"),
               Pass("ratio", kind="per_tensor", fn="ratio"),
               Pass("apply", fn="apply"))
+    SPLIT = (Pass("stats", fn="stats", param="r", grad="", reduce="x"), *passes[:4],
+             Pass("update_norm", fn="update_norm", param="", reduce="y"), *passes[5:])  # (MERGE off)
+
+    def __init_subclass__(cls, **kwargs):
+        """A subclass's ``MERGE`` picks its passes (the modules are made from the class)."""
+        super().__init_subclass__(**kwargs)
+        cls.passes = Adafactor.passes if cls.MERGE else Adafactor.SPLIT
 
     def __init__(self, params, *args, **kwargs):
         super().__init__(params, *args, **kwargs)
