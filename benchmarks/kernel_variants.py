@@ -8,12 +8,13 @@ Per (optimizer, precision) every variant's optimizer is built first, then timed 
 every variant alike). Variants: ``off`` (every switch off: the drivers before issue 25), ``default`` (the class's
 switches), and ``-wide``, ``-full``, ``-subgroups``, ``-vpack`` (the default with one switch off) where the switch
 applies to the row (WIDE: 16-bit buckets; VPACK: bfloat16 stores; SUBGROUPS: reductions and quantized block
-maxima; FULL: unquantized drivers), ``+qdirect`` (the quantized rows: the default with QDIRECT on, the maps read
-from the state buffers instead of copied into workgroup memory), ``-merge`` (Adafactor: its stats pass apart from
-update_norm again), ``ept4`` (the default with four vec4s a thread instead of two: AdamW's 16-bit rows and the
-quantized ones), and the quantized rows' timing-only diagnostics ``x-search``, ``x-decode``, ``x-maps`` (results
-wrong on purpose: ``qdiag.py``). A row that fails to build or step prints its error and the others go on;
-rows past ``--budget-s`` are left out (named at the end). Bytes per step: ``rlx-gpu bench``'s ``min_bytes``.
+maxima; FULL: unquantized drivers); ``+qdirect`` (quantized rows: the default with QDIRECT on, the maps read from
+the state buffers instead of copied into workgroup memory); ``-merge``, ``-rowcols`` (Adafactor: its stats pass
+apart from update_norm again; its rows and cols passes in two dispatches again); ``ept4`` (the default with four
+vec4s a thread instead of two: AdamW's 16-bit rows and the quantized ones); and the quantized rows' timing-only
+diagnostics ``x-search``, ``x-decode``, ``x-maps`` (results wrong on purpose: ``qdiag.py``). A row that fails to
+build or step prints its error and the others go on; rows past ``--budget-s`` are left out (named at the end).
+Bytes per step: ``rlx-gpu bench``'s ``min_bytes``.
 """
 from __future__ import annotations
 
@@ -53,13 +54,13 @@ def variants(opt: str, precision: str) -> list:
     if opt in REDUCING:
         out += ["-subgroups"]
     if opt == "adafactor":
-        out += ["-merge"]
+        out += ["-merge", "-rowcols"]
     return list(dict.fromkeys(out))
 
 
 def switches(variant: str, cls=Optimizer) -> dict:
     """The class attributes of one variant of ``cls`` (its own switches: a bool or a dict by precision; ``off``
-    leaves Adafactor's MERGE as it is: it is not a driver's switch)."""
+    leaves Adafactor's MERGE and ROWCOLS as they are: they are not drivers' switches)."""
     if variant == "off":
         return {k: False for k in SWITCHES}
     base = {k: getattr(cls, k) for k in SWITCHES}
@@ -150,7 +151,7 @@ def groups(args) -> list:
     return [x for x in g if (only is None or x[0] in only) and (prec is None or x[1] in prec)]
 
 
-COLUMNS = ("off", "default", "-wide", "-full", "-vpack", "-subgroups", "-merge", "+qdirect", "ept4", *DIAGNOSTICS)
+COLUMNS = ("off", "default", "-wide", "-full", "-vpack", "-subgroups", "-merge", "-rowcols", "+qdirect", "ept4", *DIAGNOSTICS)
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:

@@ -139,14 +139,19 @@ def test_four_vec4s_a_thread_match_the_plain_driver(opts, dtype, device):
 
 @pytest.mark.parametrize("switches", [OFF, {}], ids=["off", "default"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16 + master", "float16"])
-def test_adafactor_merged_stats_are_the_split_passes_bits(switches, dtype, device):
-    """Adafactor.MERGE (RMS(p)'s block sums taken by update_norm, no stats pass) against MERGE off: the same sums
-    in the same order, so params and states bit for bit, with the drivers' switches off and at their defaults."""
+def test_adafactor_merged_passes_are_the_split_passes_bits(switches, dtype, device):
+    """Adafactor.MERGE (RMS(p)'s block sums taken by update_norm, no stats pass) and ROWCOLS (rows and cols in one
+    dispatch), each and both, against both off: the same sums in the same order, so params and states bit for
+    bit, with the drivers' switches off and at their defaults."""
     params = _params(dtype)
-    want_p, want_s = _run(_variant("Adafactor", dict(switches, MERGE=False)), params, DTYPES[dtype], device)
-    got = _variant("Adafactor", dict(switches, MERGE=True))
-    assert len(got.passes) == len(rlx_gpu.Adafactor.SPLIT) - 1 and "stats" in [p.entry for p in rlx_gpu.Adafactor.SPLIT]
-    got_p, got_s = _run(got, params, DTYPES[dtype], device)
-    _same(got_p, want_p, True, f"MERGE {dtype}: param")
-    for n in want_s:
-        _same(got_s[n], want_s[n], True, f"MERGE {dtype}: state of {n}")
+    want_p, want_s = _run(_variant("Adafactor", dict(switches, MERGE=False, ROWCOLS=False)), params, DTYPES[dtype],
+                          device)
+    for merge, rowcols in ((True, False), (False, True), (True, True)):
+        got = _variant("Adafactor", dict(switches, MERGE=merge, ROWCOLS=rowcols))
+        names = [p.entry for p in got.passes]
+        assert ("stats" in names) != merge and ("rowcols" in names) == rowcols and ("rows" in names) != rowcols
+        got_p, got_s = _run(got, params, DTYPES[dtype], device)
+        what = f"MERGE={merge} ROWCOLS={rowcols} {dtype}"
+        _same(got_p, want_p, True, f"{what}: param")
+        for n in want_s:
+            _same(got_s[n], want_s[n], True, f"{what}: state of {n}")
