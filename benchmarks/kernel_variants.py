@@ -8,9 +8,13 @@ Per (optimizer, precision) every variant's optimizer is built first, then timed 
 every variant alike). Variants: ``off`` (every switch off: the drivers before issue 25), ``default`` (the class's
 switches), and ``-wide``, ``-full``, ``-subgroups``, ``-vpack`` (the default with one switch off) where the switch
 applies to the row (WIDE: 16-bit buckets; VPACK: bfloat16 stores; SUBGROUPS: reductions and quantized block
-maxima; FULL: unquantized drivers), and ``ept4`` (the default with four vec4s a thread instead of two: AdamW's
-16-bit rows and the quantized ones). A row that fails to build or step prints its error and the others go on;
-rows past ``--budget-s`` are left out (named at the end). Bytes per step: ``rlx-gpu bench``'s ``min_bytes``.
+maxima; FULL: unquantized drivers); ``+qdirect`` (quantized rows: the default with QDIRECT on, the maps read from
+the state buffers instead of copied into workgroup memory); ``-merge``, ``-rowcols`` (Adafactor: its stats pass
+apart from update_norm again; its rows and cols passes in two dispatches again); ``ept4`` (the default with four
+vec4s a thread instead of two: AdamW's 16-bit rows and the quantized ones); and the quantized rows' timing-only
+diagnostics ``x-search``, ``x-decode``, ``x-maps`` (results wrong on purpose: ``qdiag.py``). A row that fails to
+build or step prints its error and the others go on; rows past ``--budget-s`` are left out (named at the end).
+Bytes per step: ``rlx-gpu bench``'s ``min_bytes``.
 """
 from __future__ import annotations
 
@@ -31,6 +35,8 @@ from rlx_gpu.tools.bench.rows import grads as make_grads
 from rlx_gpu.tools.bench.shapes import EXTRA_BASELINES, OPTIMIZERS, PRECISIONS, min_bytes, param_set
 from rlx_gpu.tools.bench.timing import Timer, copy_bandwidth, median, steps_for
 
+from qdiag import DIAGNOSTICS, diagnostic_class  # (benchmarks/: the script's folder)
+
 ELEMENTWISE = ("adamw", "adam", "sgd", "rmsprop", "adagrad", "nadamw", "radam", "qhadamw", "lion", "sophiah")
 REDUCING = ("lamb", "mars", "adafactor")
 QUANTIZED = ("adamw8bit", "adamw4bit")
@@ -41,22 +47,25 @@ def variants(opt: str, precision: str) -> list:
     out = ["off", "default"]
     low = precision != "fp32"
     if opt in QUANTIZED:
-        return out + ["ept4"]  # (their drivers differ by SUBGROUPS only; ept4: the default with EPT = 4)
+        return out + ["+qdirect", "ept4", *DIAGNOSTICS]  # (ept4: the default with EPT = 4)
     if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
                                                                                           else [])
     if opt in REDUCING:
         out += ["-subgroups"]
+    if opt == "adafactor":
+        out += ["-merge", "-rowcols"]
     return list(dict.fromkeys(out))
 
 
 def switches(variant: str, cls=Optimizer) -> dict:
-    """The class attributes of one variant of ``cls`` (its own switches: a bool or a dict by precision)."""
+    """The class attributes of one variant of ``cls`` (its own switches: a bool or a dict by precision; ``off``
+    leaves Adafactor's MERGE and ROWCOLS as they are: they are not drivers' switches)."""
     if variant == "off":
         return {k: False for k in SWITCHES}
     base = {k: getattr(cls, k) for k in SWITCHES}
-    if variant.startswith("-"):
-        base[variant[1:].upper()] = False
+    if variant[0] in "-+":
+        base[variant[1:].upper()] = variant[0] == "+"
     if variant == "ept4":  # (four vec4s a thread: half the workgroups)
         base["EPT"] = 4
     return base
@@ -67,7 +76,8 @@ def _build(opt: str, precision: str, variant: str, params: dict, grads: dict, de
     cls_name, kw, _, _ = OPTIMIZERS[opt]
     pd, gd, sd, master = PRECISIONS[precision]
     base = getattr(rlx_gpu, cls_name)
-    cls = type(cls_name, (base,), switches(variant, base))
+    cls = (diagnostic_class(base, variant, switches("default", base)) if variant in DIAGNOSTICS
+           else type(cls_name, (base,), switches(variant, base)))
     o = cls(params, lr=1e-3, **kw, state_dtype=sd, master_weights=master, grad_dtype=None if gd == pd else gd,
             device=dev)
     for n, v in grads.items():
@@ -141,7 +151,7 @@ def groups(args) -> list:
     return [x for x in g if (only is None or x[0] in only) and (prec is None or x[1] in prec)]
 
 
-COLUMNS = ("off", "default", "-wide", "-full", "-vpack", "-subgroups", "ept4")
+COLUMNS = ("off", "default", "-wide", "-full", "-vpack", "-subgroups", "-merge", "-rowcols", "+qdirect", "ept4", *DIAGNOSTICS)
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:
@@ -160,11 +170,12 @@ def table(rows: list, base: list, copy_gbps: float) -> str:
         else:
             got.setdefault((r["optimizer"], r["dtype"]), {})[r["variant"]] = r
     out = [f"copy {copy_gbps:.1f} GB/s; columns: fraction of copy at the row's own minimum bytes",
-           f"{'optimizer':10} {'dtype':11} " + " ".join(f"{c:>6}" for c in COLUMNS)
+           f"{'optimizer':10} {'dtype':11} " + " ".join(f"{c:>{max(6, len(c))}}" for c in COLUMNS)
            + f" {'def ms':>8} {'x off':>6} {'x torch':>7} {'x bnb':>6}"]
     for (opt, dt), vs in got.items():
         d, o, x = vs.get("default"), vs.get("off"), ref.get((opt, dt), {})
-        cells = " ".join(f"{vs[c]['gbps'] / copy_gbps:6.3f}" if c in vs else f"{'-':>6}" for c in COLUMNS)
+        cells = " ".join(f"{vs[c]['gbps'] / copy_gbps:{max(6, len(c))}.3f}" if c in vs else f"{'-':>{max(6, len(c))}}"
+                         for c in COLUMNS)
         ratio = (lambda k, x=x, d=d: f"{x[k] / d['ms_per_step']:7.2f}" if d and k in x else f"{'-':>7}")  # noqa: E731
         out.append(f"{opt:10} {dt:11} {cells} " + (f"{d['ms_per_step']:8.3f} " if d else f"{'-':>8} ")
                    + (f"{o['ms_per_step'] / d['ms_per_step']:6.3f} " if d and o else f"{'-':>6} ")

@@ -3,16 +3,16 @@
 //   >= 2 dims [B, m, n]: R = lerp(R, mean_n(g*g), w); C = lerp(C, mean_m(g*g), w); v = R*C / max(mean_m(R), eps1)
 //   <  2 dims:           V = lerp(V, g*g, w); v = V
 //   u = rsqrt(max(v, eps1^2)) * g;  p += -alpha / max(1, RMS(u)/d) * u
-// Eight passes per step, no host round trip:
-//   stats       (elementwise)   per-block sums of p*p
+// Six passes per step (Adafactor.ROWCOLS off: rows and cols apart; MERGE off: stats first), no host round trip:
+//   stats       (elementwise)   per-block sums of p*p (MERGE off; on: update_norm takes them)
 //   rows        (custom)        per-row sums of g*g over row segments (RPW segments a workgroup), added into RA (a
 //                               row split over chunks adds twice)
-//   cols        (custom)        per-(row tile, column) sums of g*g, added into the column partials (rows of a
+//   cols        (custom)        (with rows in one dispatch where ROWCOLS) per-(row tile, column) sums of g*g, added into the column partials (rows of a
 //                               multiple of 4: a thread sums a vec4 of columns over a quarter of the tile's rows)
 //   finish      (custom)        per job: WG rows of R updated from RA (which it zeroes), their sum into RS; or WG
 //                               columns of C updated from the column partials (which it zeroes)
 //   mean        (custom)        M = mean_m(R) from RS, per (tensor, batch)
-//   update_norm (elementwise)   V updated (unfactored); per-block sums of u*u
+//   update_norm (elementwise)   V updated (unfactored); per-block sums of p*p (MERGE) and u*u
 //   ratio       (per tensor)    scale = -alpha / max(1, RMS(u)/d)  (the tensor's tensor_scalar)
 //   apply       (elementwise)   p = p*(1 - lr*wd) + scale*u
 // `aux` holds, per factored tensor at word A: R [B*m], C [B*n], RA [B*m], M [B], RS [B*ceil(m/WG)]; its column
@@ -71,6 +71,7 @@ fn update_norm(r: Rec, e: u32, p: vec4<f32>, g: vec4<f32>, s: State) -> Out {
         }
     }
     let u = direction(r, e, g);
+    o.sum_a = p * p;  // (RMS(p) where the pass loads p: Adafactor.MERGE; p is zero otherwise, and .x not kept)
     o.sum_b = u * u;
     return o;
 }
@@ -95,9 +96,23 @@ fn apply(r: Rec, e: u32, p: vec4<f32>, g: vec4<f32>, s: State) -> Out {
 @compute @workgroup_size(WG)
 fn rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
+    rows_at(wid.x + wid.y * nwg.x, lid);
+}
+
+// rows and cols in one dispatch (Adafactor.ROWCOLS; they do not depend on each other): the first workgroups take
+// the row segments, the rest the column jobs (the branch is on the workgroup and the read-only table: uniform)
+@compute @workgroup_size(WG)
+fn rowcols(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let w = wid.x + wid.y * nwg.x;
+    let nr = (tables[0].y + RPW - 1u) / RPW;
+    if (w < nr) { rows_at(w, lid); } else { cols_at(w - nr, lid); }
+}
+
+fn rows_at(w: u32, lid: u32) {
     let RL = WG / RPW;
     let hdr = tables[0];
-    let id = (wid.x + wid.y * nwg.x) * RPW + lid / RL;
+    let id = w * RPW + lid / RL;
     let ln = lid % RL;
     let seg = tables[hdr.x + min(id, hdr.y - 1u)];
     let r = rec(seg.x);
@@ -135,7 +150,10 @@ var<workgroup> colacc: array<vec4<f32>, WG>;
 @compute @workgroup_size(WG)
 fn cols(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let id = wid.x + wid.y * nwg.x;
+    cols_at(wid.x + wid.y * nwg.x, lid);
+}
+
+fn cols_at(id: u32, lid: u32) {
     let hdr = tables[0];
     if (id >= hdr.w) { return; }
     let j0 = tables[hdr.z + 2u * id]; let j1 = tables[hdr.z + 2u * id + 1u];

@@ -109,6 +109,11 @@ def test_reducing_optimizers_count_their_second_reads():
     # MARS: the norm pass reads g and g_prev of the matrix only; the update moves 36 B (fp32)
     assert bench.min_bytes("mars", "fp32", shapes) == n * 36 + 64 * 8 * 8
     assert bench.min_bytes("mars", "bf16", shapes) == n * 18 + 64 * 8 * 4
+    # Adafactor: a matrix's p read twice and written, g read three times (rows/cols, update_norm, apply); a vector's
+    # p the same, g twice, its second moment read and written (update_norm) and read (apply)
+    assert bench.min_bytes("adafactor", "fp32", shapes) == 64 * 8 * 24 + 8 * (12 + 8 + 12)
+    assert bench.min_bytes("adafactor", "bf16", shapes) == 64 * 8 * 12 + 8 * (6 + 4 + 12)
+    assert bench.min_bytes("adafactor", "bf16-master", shapes) == 64 * 8 * (12 + 2 + 6) + 8 * (12 + 2 + 4 + 12)
 
 
 def test_progress_line_per_row_with_an_estimate():

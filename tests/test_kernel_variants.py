@@ -1,6 +1,6 @@
-"""The drivers' variants (engine/drivers.py: WIDE, FULL, SUBGROUPS, VPACK on the Optimizer) against the plain
-driver: every variant does the same float32 operations on every element, so the elementwise optimizers' params and
-states agree bit for bit; the quantized drivers (workgroup atomics or subgroup shuffles for the block maxima) give
+"""The drivers' variants (engine/drivers.py: WIDE, FULL, SUBGROUPS, VPACK, QDIRECT on the Optimizer) and
+Adafactor's MERGE and ROWCOLS against the plain driver: every variant does the same float32 operations on every
+element, so the elementwise optimizers' params and states agree bit for bit; the quantized drivers (workgroup atomics or subgroup shuffles for the block maxima) give
 the same codes. The reducing optimizers' (LAMB, Mars, Adafactor) sums are compared within the suite's bound
 (cases.RTOL and ATOL) for every variant but VPACK: with subgroups or pairs of vec4s a thread they are taken in
 another order, and FULL drops the padding-lane select between each per-lane term (p * p, c * c, ...) and its sum,
@@ -20,9 +20,10 @@ from cases import ATOL, RTOL
 pytestmark = pytest.mark.gpu
 
 SIZES = [1, 5, 8, 9, (3, 7), 255, 257, 2049, 2600, (65, 64), 4097, 9000, 16385]
-OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False)
+OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False, QDIRECT=False)
 VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), dict(OFF, SUBGROUPS=True),
-            dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True), {}]  # ({}: the class's own per-precision defaults)
+            dict(OFF, QDIRECT=True), dict(OFF, SUBGROUPS=True, QDIRECT=True),
+            dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True, QDIRECT=True), {}]  # ({}: the class's defaults)
 # (class, hyperparameters, options): elementwise ones bit for bit, reducing ones within the bound
 CASES = [("AdamW", {"amsgrad": True}, {}), ("SGD", {"momentum": 0.9, "nesterov": True}, {}), ("Lion", {}, {}),
          ("RMSprop", {"centered": True, "momentum": 0.5}, {}), ("LAMB", {}, {}), ("Mars", {}, {}),
@@ -155,3 +156,23 @@ def test_four_vec4s_a_thread_match_the_plain_driver(opts, dtype, device):
     _same(got_p, want_p, True, f"EPT 4 {opts} {dtype}: param")
     for n in want_s:
         _same(got_s[n], want_s[n], True, f"EPT 4 {opts} {dtype}: state of {n}")
+
+
+@pytest.mark.parametrize("switches", [OFF, {}], ids=["off", "default"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16 + master", "float16"])
+def test_adafactor_merged_passes_are_the_split_passes_bits(switches, dtype, device):
+    """Adafactor.MERGE (RMS(p)'s block sums taken by update_norm, no stats pass) and ROWCOLS (rows and cols in one
+    dispatch), each and both, against both off: the same sums in the same order, so params and states bit for
+    bit, with the drivers' switches off and at their defaults."""
+    params = _params(dtype)
+    want_p, want_s = _run(_variant("Adafactor", dict(switches, MERGE=False, ROWCOLS=False)), params, DTYPES[dtype],
+                          device)
+    for merge, rowcols in ((True, False), (False, True), (True, True)):
+        got = _variant("Adafactor", dict(switches, MERGE=merge, ROWCOLS=rowcols))
+        names = [p.entry for p in got.passes]
+        assert ("stats" in names) != merge and ("rowcols" in names) == rowcols and ("rows" in names) != rowcols
+        got_p, got_s = _run(got, params, DTYPES[dtype], device)
+        what = f"MERGE={merge} ROWCOLS={rowcols} {dtype}"
+        _same(got_p, want_p, True, f"{what}: param")
+        for n in want_s:
+            _same(got_s[n], want_s[n], True, f"{what}: state of {n}")

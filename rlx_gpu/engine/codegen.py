@@ -181,7 +181,7 @@ def optimizer_text(opt, sig: Signature, present=None, emit: Emit = PLAIN) -> Tex
         t.file("qat_export.wgsl", idx)
     if quantized:
         nw = max(len([s for s in p.writes if s in present]) for p in passes if p.kind == "elementwise")
-        t.gen(q_helpers(states, present, quantized, sig.qbits, nw, opt.EPT, emit.subgroups))
+        t.gen(q_helpers(states, present, quantized, sig.qbits, nw, opt.EPT, emit.subgroups, emit.qdirect))
     for p in passes:
         if p.kind == "elementwise" and quantized:
             t.gen(q_elementwise(p, present, quantized, sig.qbits, opt.EPT, emit))

@@ -70,6 +70,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     # the H200 run's choices (PERF_NOTES 54): pairs of vec4s lost in float16 buckets (bound as u32 words there)
     WIDE = {"bfloat16": True, "float16": False, "bfloat16+master": True}
     FULL, SUBGROUPS, VPACK = True, True, True
+    QDIRECT = False  # quantized buckets: the maps read from the state buffers, not copied (to be measured: issue 25)
     constants: dict = {}   # further WGSL override constants of the shader
     on_device = True
     extra_kwargs: tuple = ()  # constructor keywords beyond the hyperparameters and options (Kron's probe)
@@ -187,7 +188,8 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         sub = on["SUBGROUPS"] and "subgroups" in self.device.features and (even or not sig.qbits)
         low = sig.precision != "float32"
         return Emit(wide=on["WIDE"] and low and even and not (sig.qat or sig.qbits), full=on["FULL"] and not sig.qat,
-                    subgroups=sub, directive=sub and subgroup_directive(), vpack=on["VPACK"])
+                    subgroups=sub, directive=sub and subgroup_directive(), vpack=on["VPACK"],
+                    qdirect=on["QDIRECT"] and bool(sig.qbits))
 
     def _kernel(self, bucket, entry: str):
         key = (bucket.sig, tuple(bucket.states), entry)

@@ -26,9 +26,11 @@ def q_bindings(states, present, idx, bits: int) -> str:
 QK = 8  # engine blocks per workgroup in a quantized pass (the maps are copied into workgroup memory once for them)
 
 
-def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, subgroups: bool = False) -> str:
-    """Workgroup copies of the maps, per-state loads, the code search, and the block maxima: workgroup atomics on
-    absmax slots, or (``subgroups``) :func:`_bmax`."""
+def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, subgroups: bool = False,
+              direct: bool = False) -> str:
+    """Workgroup copies of the maps (``direct``: none, the maps read from the state buffer's header where used),
+    per-state loads, the code search, and the block maxima: workgroup atomics on absmax slots, or (``subgroups``)
+    :func:`_bmax`."""
     QN, QB = 2 ** bits, BLOCK[bits]
     G = QB // 4
     mine = [s for s in states if s in present and s in signs]
@@ -42,8 +44,8 @@ def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, s
     for tag, want in (("s", True), ("u", False)):
         src = next((s for s in mine if signs[s] == want), None)
         if src is not None:
-            L += _search_fns(tag, bits)
-            load += [f"    for (var j = lid; j < QN; j = j + WG) {{ qm_{tag}[j] = bitcast<f32>({src}_q[j]); "
+            L += _maps(tag, src, direct) + _search_fns(tag, bits)
+            load += [] if direct else [f"    for (var j = lid; j < QN; j = j + WG) {{ qm_{tag}[j] = bitcast<f32>({src}_q[j]); "
                      f"qt_{tag}[j] = bitcast<f32>({src}_q[QN + j]); }}",
                      f"    for (var j = lid; j < {2 * GUESS_KEYS // 4}u; j = j + WG) {{ qg_{tag}[j] = {src}_q[2u * QN + j]; }}"]
     L += ["fn q_load_maps(lid: u32) {"] + load + ["    workgroupBarrier();", "}",
@@ -62,14 +64,25 @@ def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, s
     return "\n".join(L)
 
 
-def _search_fns(tag: str, bits: int) -> list:
-    """The workgroup copies of one sign's map, midpoints and guide, and its code search (``q_code_<tag>``)."""
+def _maps(tag: str, src: str, direct: bool) -> list:
+    """One sign's map, midpoints and guide words as ``q_m_<tag>(k)``, ``q_t_<tag>(k)``, ``q_g_<tag>(k)``: from their
+    workgroup copies, or (``direct``) from the header of state ``src``'s buffer (the same words: the same bits)."""
+    if direct:
+        return [f"fn q_m_{tag}(k: u32) -> f32 {{ return bitcast<f32>({src}_q[k]); }}",
+                f"fn q_t_{tag}(k: u32) -> f32 {{ return bitcast<f32>({src}_q[QN + k]); }}",
+                f"fn q_g_{tag}(k: u32) -> u32 {{ return {src}_q[2u * QN + k]; }}"]
     return [f"var<workgroup> qm_{tag}: array<f32, QN>;", f"var<workgroup> qt_{tag}: array<f32, QN>;",
             f"var<workgroup> qg_{tag}: array<u32, {2 * GUESS_KEYS // 4}>;",
-            f"fn q_search_{tag}(v: f32, sc: f32) -> u32 {{  // the count of sc * midpoint < v by bisection",
+            f"fn q_m_{tag}(k: u32) -> f32 {{ return qm_{tag}[k]; }}", f"fn q_t_{tag}(k: u32) -> f32 {{ return qt_{tag}[k]; }}",
+            f"fn q_g_{tag}(k: u32) -> u32 {{ return qg_{tag}[k]; }}"]
+
+
+def _search_fns(tag: str, bits: int) -> list:
+    """One sign's code search (``q_code_<tag>``) over its midpoints, and its codes (:func:`_codes_fns`)."""
+    return [f"fn q_search_{tag}(v: f32, sc: f32) -> u32 {{  // the count of sc * midpoint < v by bisection",
             "    var c = 0u;",
             "    for (var st = QN / 2u; st > 0u; st = st / 2u) {",
-            f"        if (sc * qt_{tag}[c + st - 1u] < v) {{ c = c + st; }}", "    }", "    return c;", "}",
+            f"        if (sc * q_t_{tag}(c + st - 1u) < v) {{ c = c + st; }}", "    }", "    return c;", "}",
             f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{",
             "    // the guide's guess from the float bits of v / a is within one code of the count of",
             "    // a * midpoint < v (core/quant.py checks it for every key): one step up or down, both loads at once",
@@ -78,10 +91,10 @@ def _search_fns(tag: str, bits: int) -> list:
             "    var key = 0u;",
             f"    if (m >= 0x33800000u) {{ key = min((m >> {23 - GUESS_BITS}u) - (103u << {GUESS_BITS}u) + 1u, QT - 1u); }}",
             "    let idx = select(0u, QT, (x >> 31u) == 1u) + key;",
-            f"    let c = (qg_{tag}[idx >> 2u] >> (8u * (idx & 3u))) & 255u;",
+            f"    let c = (q_g_{tag}(idx >> 2u) >> (8u * (idx & 3u))) & 255u;",
             "    let sc = select(a, 1.0, a == 0.0);",
-            f"    let up = c < QN - 1u && sc * qt_{tag}[min(c, QN - 2u)] < v;",
-            f"    let down = c > 0u && !(sc * qt_{tag}[max(c, 1u) - 1u] < v);",
+            f"    let up = c < QN - 1u && sc * q_t_{tag}(min(c, QN - 2u)) < v;",
+            f"    let down = c > 0u && !(sc * q_t_{tag}(max(c, 1u) - 1u) < v);",
             "    let near = select(select(c, c - 1u, down), c + 1u, up);",
             "    if (m >= 0x7f800000u) {  // x inf or NaN: v inf or NaN (code 0), or 1/a overflowed: bisect",
             f"        return select(q_search_{tag}(v, sc), 0u, is_nan(v));",
@@ -98,7 +111,7 @@ def _ldq_fn(s: str, signed: bool, bits: int) -> list:
     codes = ", ".join(f"(w >> {k}u) & {2 ** bits - 1}u" for k in shifts)
     L = [f"fn ldq_{s}(i: u32) -> vec4<f32> {{", f"    let w = {word};", f"    let c = vec4<u32>({codes});",
          f"    let aw = {s}_q[q_base(i) + QS - 1u];",
-         f"    let v = vec4<f32>(qm_{tag}[c.x], qm_{tag}[c.y], qm_{tag}[c.z], qm_{tag}[c.w]) * "
+         f"    let v = vec4<f32>(q_m_{tag}(c.x), q_m_{tag}(c.y), q_m_{tag}(c.z), q_m_{tag}(c.w)) * "
          + ("bitcast<f32>(aw);  // (a negated block: the word's sign)" if signed else "bitcast<f32>(aw & ABS_BITS);")]
     if not signed:
         L += ["    if (aw > ABS_BITS) {  // the block holds +inf: code 0 reads +inf",

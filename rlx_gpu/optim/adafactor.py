@@ -1,6 +1,6 @@
 """Adafactor on the GPU: ``shaders/adafactor.wgsl``. The factored second moments (row and column means of g*g)
 are tiny next to the tensors, so they live in one small float32 ``aux`` buffer (with the unfactored tensors'
-second moments) instead of param-sized arenas; eight passes per step, no host round trip."""
+second moments) instead of param-sized arenas; six passes per step (``MERGE`` and ``ROWCOLS`` off: eight), no host round trip."""
 from __future__ import annotations
 
 import numpy as np
@@ -37,12 +37,30 @@ class Adafactor(Optimizer):
               "cols:u32", "col_parts:u32", "batch:u32", "numel:u32")
     flags = ("factored", "decay")
     constants = {"RT": RT, "RPW": RPW}
-    passes = (Pass("stats", fn="stats", param="r", grad="", reduce="x"),
-              Pass("rows", kind="custom"), Pass("cols", kind="custom"), Pass("finish", kind="custom"),
-              Pass("mean", kind="custom"),
-              Pass("update_norm", fn="update_norm", param="", reduce="y"),
+    # Switches (a subclass may turn them off; each keeps every bit): MERGE: RMS(p)'s per-block sums taken by
+    # update_norm (which then reads p too), not by a stats pass of their own (the same sums in the same order);
+    # ROWCOLS: the rows and cols passes (independent) in one dispatch. Both: six dependent passes, not eight.
+    MERGE = True
+    ROWCOLS = True
+    passes = (Pass("rowcols", kind="custom"), Pass("finish", kind="custom"), Pass("mean", kind="custom"),
+              Pass("update_norm", fn="update_norm", param="r", reduce="xy"),
               Pass("ratio", kind="per_tensor", fn="ratio"),
               Pass("apply", fn="apply"))
+
+    def __init_subclass__(cls, **kwargs):
+        """A subclass's ``MERGE`` picks its passes (the modules are made from the class)."""
+        super().__init_subclass__(**kwargs)
+        cls.passes = cls.pass_list(cls.MERGE, cls.ROWCOLS)
+
+    @staticmethod
+    def pass_list(merge: bool, rowcols: bool) -> tuple:
+        """The passes of a step with the switches ``MERGE`` and ``ROWCOLS`` as given."""
+        p = Adafactor.passes
+        first = p[:1] if rowcols else (Pass("rows", kind="custom"), Pass("cols", kind="custom"))
+        if merge:
+            return (*first, *p[1:])
+        return (Pass("stats", fn="stats", param="r", grad="", reduce="x"), *first, *p[1:3],
+                Pass("update_norm", fn="update_norm", param="", reduce="y"), *p[4:])
 
     def __init__(self, params, *args, **kwargs):
         super().__init__(params, *args, **kwargs)
@@ -113,7 +131,8 @@ class Adafactor(Optimizer):
         return {"aux": self._aux, "tables": self._tables[(id(bucket), chunk)][0]}
 
     def _custom_groups(self, p, bucket, chunk):
-        return self._tables[(id(bucket), chunk)][1][("rows", "cols", "finish", "mean").index(p.entry)]
+        n = self._tables[(id(bucket), chunk)][1]
+        return n[0] + n[1] if p.entry == "rowcols" else n[("rows", "cols", "finish", "mean").index(p.entry)]
 
     def _scratch_bytes(self) -> int:
         return super()._scratch_bytes() + self._aux.size + sum(b.size for b, _ in self._tables.values())

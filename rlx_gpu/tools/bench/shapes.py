@@ -23,7 +23,8 @@ OPTIMIZERS = {
     "lion": ("Lion", {}, 2, None),
     "sophiah": ("SophiaH", {}, 3, None),   # m read+write, the Hessian EMA read
     "mars": ("Mars", {}, 6, None),         # m, v, g_prev read+write; matrices: g, g_prev read by the norm pass
-    # factored moments are O(rows + cols); an unfactored tensor (< 2 dims) reads and writes its float32 second moment
+    # factored moments are O(rows + cols); an unfactored tensor (< 2 dims) reads and writes its float32 second moment;
+    # RMS(p) and RMS(u) precede the update: p is read twice, g two or three times (min_bytes)
     "adafactor": ("Adafactor", {}, 0, ("Adafactor", {"foreach": True})),
     # AdamW with the global-norm clip folded in: one more read of g. torch: clip_grad_norm_(foreach) + fused AdamW.
     "adamw+clip": ("AdamW", {"clip_grad_norm": 1.0}, 4, ("AdamW", {"fused": True, "clip": 1.0})),
@@ -104,6 +105,9 @@ def min_bytes(opt: str, precision: str, shapes: list) -> int | None:
     before the update costs its second read: LAMB's trust ratio needs |p| and |u| of the whole tensor before any
     element is updated, so its update re-reads the param and both moments (fp32: 28 + 12 = 40 B a parameter over
     its two passes); MARS's norm of the corrected grad of a matrix reads g and g_prev once more (36 + 8 = 44 B).
+    Adafactor: RMS(p) (before the update) and RMS(u) (u needs the new row and column factors, which need every
+    g) come before any element is updated, so a matrix's p (its master copy) is read twice and g three times
+    (fp32: 24 B a parameter), a vector's p twice, g twice and its second moment read, written and read again.
     None for the matrix optimizers, which have no bytes model."""
     pd, gd, sd, master = PRECISIONS[precision]
     ps, gs, ss = ITEMSIZE[pd], ITEMSIZE[gd], ITEMSIZE[sd]
@@ -118,6 +122,8 @@ def min_bytes(opt: str, precision: str, shapes: list) -> int | None:
         per += gs
     if opt == "lamb":
         per += (4 if keeps_master else ps) + 2 * ss
+    if opt == "adafactor":
+        per += 4 if keeps_master else ps
     total = 0
     for _, s in shapes:
         n = int(np.prod(s))
@@ -125,6 +131,8 @@ def min_bytes(opt: str, precision: str, shapes: list) -> int | None:
             rows = -(-s[0] // SPARSE_EVERY)
             total += rows * (n // s[0]) * per + 4 * rows
             continue
-        total += n * (per + (8 if opt == "adafactor" and len(s) < 2 else 0) + (gs + ss if opt == "mars" and len(s) == 2
-                                                                              else 0))
+        if opt == "adafactor":
+            total += n * (per + (2 * gs if len(s) >= 2 else gs + 12))
+            continue
+        total += n * (per + (gs + ss if opt == "mars" and len(s) == 2 else 0))
     return int(total)

@@ -1,0 +1,41 @@
+"""Timing-only variants of the quantized drivers for ``kernel_variants.py`` (PERF_NOTES 54: split what an 8-bit or
+4-bit step spends on its maps). Their results are WRONG ON PURPOSE: each rewrites the generated module of the
+default driver, so nothing in the package can reach them; they exist to time a driver without part of its work.
+
+  x-search  the code search (the guide's guess, one correction step over the midpoints: dependent workgroup-memory
+            loads) replaced by a closed-form code from |v|/absmax (ALU only); the decode and the map copy stay
+  x-decode  the decode (map[code] per element: a workgroup-memory load each) replaced by code / QN; the search and
+            the copy stay
+  x-maps    both, with QDIRECT (no workgroup copy): no map, midpoint or guide is read at all (the floor: the
+            loads, the update, the block maxima and the stores)
+"""
+from __future__ import annotations
+
+import re
+
+# the body of q_code_s / q_code_u (up to the function's closing brace at the line start)
+_SEARCH = re.compile(r"(fn q_code_([su])\(v: f32, a: f32, inv: f32\) -> u32 \{\n)(.*?)(\n\})", re.S)
+_DECODE = re.compile(r"vec4<f32>\(q_m_([su])\(c\.x\), q_m_\1\(c\.y\), q_m_\1\(c\.z\), q_m_\1\(c\.w\)\)")
+DIAGNOSTICS = ("x-search", "x-decode", "x-maps")
+
+
+def rewrite(text: str, which: str) -> str:
+    """The module ``text`` with the diagnostic ``which`` applied (an error if the driver's text has changed so the
+    rewrite no longer applies: a diagnostic that rewrote nothing would time the default under another name)."""
+    out, n_s, n_d = text, 0, 0
+    if which in ("x-search", "x-maps"):
+        out, n_s = _SEARCH.subn(lambda m: m.group(1) + "    return min(u32(abs(v * inv) * f32(QN - 1u)), QN - 1u);"
+                                + m.group(4), out)
+    if which in ("x-decode", "x-maps"):
+        out, n_d = _DECODE.subn("(vec4<f32>(c) * (1.0 / f32(QN)))", out)
+    if (which != "x-decode" and not n_s) or (which != "x-search" and not n_d):
+        raise RuntimeError(f"qdiag {which}: the quantized driver's text no longer matches the rewrite")
+    return out
+
+
+def diagnostic_class(base: type, which: str, attrs: dict) -> type:
+    """A subclass of optimizer class ``base`` (with the class attributes ``attrs``) whose modules are rewritten."""
+    def _module(self, bucket):
+        return rewrite(base._module(self, bucket), which) if bucket.sig.qbits else base._module(self, bucket)
+    extra = {"QDIRECT": True} if which == "x-maps" else {}
+    return type(base.__name__, (base,), {**attrs, **extra, "_module": _module})
