@@ -12,7 +12,7 @@
 //   gate_step (one workgroup): the step's skip flag logged and counted; the later dispatches' grids restored from
 //          the pristine copy, or zeroed when the step is skipped, so that nothing changes: params, state and step
 //          counts stay bit-identical. A skipped step's gradient norm is NaN (no norm was taken), and with a device
-//          loss scale its found-inf word (word 2) is set.
+//          loss scale its found-inf word (loss_scale.found, word 2) is set.
 // The host copies words [0, HEAD + LOG) back every few steps, or when asked, to settle its bookkeeping.
 
 const HEAD: u32 = 8u;
@@ -21,7 +21,9 @@ const TABLE_HEAD: u32 = 16u;
 
 @group(0) @binding(N) var<storage, read> cand: array<u32>;
 @group(0) @binding(N) var<storage, read_write> gate: array<u32>;
-@group(0) @binding(N) var<storage, read_write> loss_scale: array<u32>;  // a dummy without a device loss scale
+// The device loss scale's first words (the protocol of rlx_gpu/engine/steps.py; GradScaler's LossScale begins so)
+struct LossScaleHead { scale: f32, tracker: u32, found: u32, }
+@group(0) @binding(N) var<storage, read_write> loss_scale: LossScaleHead;  // a dummy without a device loss scale
 
 @compute @workgroup_size(WG)
 fn choose(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -37,7 +39,7 @@ fn choose(@builtin(global_invocation_id) gid: vec3<u32>) {
     let g = glob_base();
     var v = cand[off + i];
     if (cand[off + g + GLOB_DEVICE_SCALE] != 0u && (i == g + GLOB_GRAD_MUL || i == g + GLOB_INV_SCALE)) {
-        v = bitcast<u32>(1.0 / bitcast<f32>(loss_scale[0]));
+        v = bitcast<u32>(1.0 / loss_scale.scale);
     }
     hyper[i] = v;
 }
@@ -57,7 +59,7 @@ fn gate_step(@builtin(local_invocation_index) lid: u32) {
         gate[0] = skip;
         if (skip != 0u) {
             hyper[g + GLOB_TOTAL_NORM] = 0x7fc00000u;
-            if (hyper[g + GLOB_DEVICE_SCALE] != 0u) { loss_scale[2] = 1u; }
+            if (hyper[g + GLOB_DEVICE_SCALE] != 0u) { loss_scale.found = 1u; }
         }
     }
 }

@@ -72,6 +72,20 @@ class Params:
         return out
 
 
+    def offset(self, name: str) -> int:
+        """The byte offset of field ``name`` (for a write of one field into a buffer)."""
+        if name not in self.names:
+            raise KeyError(f"Params {self.struct}: no field {name!r} (it has {list(self.names)})")
+        return 4 * self.names.index(name)
+
+    def unpack(self, data) -> dict:
+        """The fixed fields by name from a buffer's bytes or words (u32 fields as ints, f32 as float32)."""
+        w = np.frombuffer(np.ascontiguousarray(data).tobytes(), np.uint32)[:len(self.fields)]
+        if w.size < len(self.fields):
+            raise ValueError(f"Params {self.struct}: {4 * w.size} bytes hold fewer than its {len(self.fields)} fields")
+        return {n: (w[i:i + 1].view(np.float32)[0] if k == "f32" else int(w[i])) for i, (n, k) in enumerate(self.fields)}
+
+
 def declare(shader: str, *params: Params) -> None:
     """Register the structs shipped shader ``shader`` reads (a struct name declared twice must be the same one)."""
     have = _SHADERS.setdefault(shader, {})
