@@ -25,6 +25,7 @@ import numpy as np
 
 from ..core.sync import locked
 from ..engine import Optimizer
+from ..engine.gating import LOSS_SCALE_HEAD
 from ..runtime.device import get_device
 from ..runtime.kernels import shipped_kernel
 from ..runtime.params import Params, declare
@@ -32,9 +33,9 @@ from ..runtime.params import Params, declare
 __all__ = ["GradScaler"]
 
 F32 = np.float32
-#: The scaler's device state, by name (shaders/amp.wgsl ``ls``); its first three words are the device loss-scale
-#: protocol (rlx_gpu/engine/steps.py: word 0 the scale, word 2 the found-inf flag; shaders/gate.wgsl reads them).
-LOSS_SCALE = Params("LossScale", "scale:f32", "tracker", "found", "growth:f32", "backoff:f32", "interval")
+#: The scaler's device state, by name (shaders/amp.wgsl ``ls``); it begins with the device loss-scale protocol's
+#: fields (LOSS_SCALE_HEAD: rlx_gpu/engine/steps.py; shaders/gate.wgsl reads them by name).
+LOSS_SCALE = Params("LossScale", *LOSS_SCALE_HEAD, "growth:f32", "backoff:f32", "interval")
 declare("amp.wgsl", LOSS_SCALE)
 
 
