@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 26's "re-measure the GPU-timestamp bench rows after the move (within 2%)": the tree before the issue's work
-# (OLD, made by benchmarks/ab_old_tree.sh) against this one, on one adapter, in at most ~165 s:
-#   1. benchmarks/ab.py OLD . : `rlx-gpu bench` rows (GPU timestamps) AdamW, Lion, SGD and Muon on gpt2-124m in fp32
-#      and bf16, two alternating rounds (ab.json);
+# (OLD, made by benchmarks/ab_old_tree.sh) against this one, on one adapter, in at most ~185 s:
+#   1. benchmarks/ab.py OLD . : `rlx-gpu bench` rows (GPU timestamps) AdamW, Lion, SGD, Muon and AdamW+scaler (the
+#      checked step: gate.wgsl's choose and gate_step every step) on gpt2-124m in fp32 and bf16, two alternating
+#      rounds (ab.json);
 #   2. benchmarks/muon_bench.py from each tree, alternating OLD NEW: the tiled f32 GEMM (gemm.wgsl) and f16 GEMM
 #      (gemm16.wgsl) at 4096^3 and a Muon step on GPT-2 124M's 48 hidden matrices with f32 / f16 Newton-Schulz
 #      (muon_<tree>.json; torch's rows as a reference of the card's state).
@@ -16,8 +17,8 @@ out=${OUT:-out}
 mkdir -p "$out"
 [ -d "$old/rlx_gpu" ] || { echo "ab_arch: $old holds no rlx_gpu (run benchmarks/ab_old_tree.sh first)"; exit 2; }
 echo "old: $(cat "$old/COMMIT" 2>/dev/null)  new: $(git rev-parse HEAD 2>/dev/null || echo '(this tree)')"
-timeout 92 python3 benchmarks/ab.py "$old" . --rounds 2 --timeout 44 --json "$out/ab.json" -- \
-    --optimizers adamw,lion,sgd,muon --sets gpt2-124m --precisions fp32,bf16 --repeats 5 \
+timeout 112 python3 benchmarks/ab.py "$old" . --rounds 2 --timeout 54 --json "$out/ab.json" -- \
+    --optimizers adamw,lion,sgd,muon,adamw+scaler --sets gpt2-124m --precisions fp32,bf16 --repeats 5 \
     --no-torch --no-numpy --no-host --no-latency || echo "ab.py: exit $? (rows measured so far: $out/ab.json)"
 for tree in "$old" .; do
     name=$([ "$tree" = . ] && echo new || echo old)
