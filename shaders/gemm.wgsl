@@ -12,15 +12,17 @@
 @group(0) @binding(0) var<storage, read> A: array<f32>;
 @group(0) @binding(1) var<storage, read> B: array<f32>;
 @group(0) @binding(2) var<storage, read_write> C: array<f32>;
-@group(0) @binding(3) var<storage, read> prm: array<u32>;
+@group(0) @binding(3) var<storage, read> sp: Span;
 @group(0) @binding(5) var<storage, read> gp: Gemm;
 
 // #include "matrix_common.wgsl"
+// #include "gemm_tile.wgsl"
 
+alias T = f32;
 const TM: u32 = 128u;  // outputs per workgroup along m and n
 const TK: u32 = 8u;    // k per tile
-var<workgroup> As: array<vec4<f32>, 256>;  // [k][m / 4]
-var<workgroup> Bs: array<vec4<f32>, 256>;  // [k][n / 4]
+var<workgroup> As: array<vec4<T>, 256>;  // [k][m / 4]
+var<workgroup> Bs: array<vec4<T>, 256>;  // [k][n / 4]
 
 @compute @workgroup_size(16, 16)
 fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -32,9 +34,7 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let bt = g / per;
     let m0 = ((g % per) / gp.tiles_n) * TM;
     let n0 = ((g % per) % gp.tiles_n) * TM;
-    let M = gp.M; let N = gp.N; let K = gp.K;
-    let ta = gp.ta != 0u; let tb = gp.tb != 0u;
-    let LA = gp.lda; let LB = gp.ldb;
+    let K = gp.K;
     let abase = gp.a_off + bt * gp.a_bs;
     let bbase = gp.b_off + bt * gp.b_bs;
     var c0a = vec4<f32>(0.0); var c0b = vec4<f32>(0.0);
@@ -46,23 +46,7 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var c6a = vec4<f32>(0.0); var c6b = vec4<f32>(0.0);
     var c7a = vec4<f32>(0.0); var c7b = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < K; k0 = k0 + TK) {
-        // 8 x 128 of op(A) and of op(B), 4 elements a thread each, neighbouring threads on neighbouring addresses
-        // (along k where a row of the stored matrix runs along k: A as (M, K), B transposed as (N, K))
-        for (var r = 0u; r < 4u; r++) {
-            let idx = li + r * 256u;
-            let kk = select(idx / TM, idx % TK, !ta);
-            let xx = select(idx % TM, idx / TK, !ta);
-            let m = m0 + xx; let k = k0 + kk;
-            var va = 0.0;
-            if (m < M && k < K) { va = A[abase + select(m * LA + k, k * LA + m, ta)]; }
-            As[kk * 32u + xx / 4u][xx % 4u] = va;
-            let kb = select(idx / TM, idx % TK, tb);
-            let yb = select(idx % TM, idx / TK, tb);
-            let n = n0 + yb; let k2 = k0 + kb;
-            var vb = 0.0;
-            if (n < N && k2 < K) { vb = B[bbase + select(k2 * LB + n, n * LB + k2, tb)]; }
-            Bs[kb * 32u + yb / 4u][yb % 4u] = vb;
-        }
+        stage_tiles(li, m0, n0, k0, abase, bbase);
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
             let a0 = As[kk * 32u + lid.y * 2u];
@@ -95,33 +79,18 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     store_row(base, mr + 7u, nc, c7a); store_row(base, mr + 7u, nc + 64u, c7b);
 }
 
-fn store_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
-    let M = gp.M; let N = gp.N;
-    let alpha = gp.alpha;
-    let beta = gp.beta;
-    if (m >= M) { return; }
-    for (var j = 0u; j < 4u; j++) {
-        if (n + j < N) {
-            let o = base + m * gp.ldc + n + j;
-            var x = alpha * v[j];
-            if (beta != 0.0) { x = x + beta * C[o]; }
-            C[o] = x;
-        }
-    }
-}
-
-// Frobenius scaling for Newton-Schulz: matrix z (workgroup z, flattened) of `count` elements at `offset` + z * `stride` is
-// divided by max(norm, eps). prm: [count, offset, stride, eps bits, batch] (C is the matrices' buffer).
+// Frobenius scaling for Newton-Schulz: matrix z (workgroup z, flattened) of `count` elements at c_off + z stride of C
+// is divided by max(norm, eps). sp (struct Span, rlx_gpu/linalg/record.py): count, c_off, stride, eps, batch.
 @compute @workgroup_size(256)
 fn frob_scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let z = wid.x + wid.y * nwg.x;
-    if (z >= prm[4]) { return; }  // (past the batch in a padded 2-D grid; uniform for the workgroup)
-    let n = prm[0];
-    let base = prm[1] + z * prm[2];
+    if (z >= sp.batch) { return; }  // (past the batch in a padded 2-D grid; uniform for the workgroup)
+    let n = sp.count;
+    let base = sp.c_off + z * sp.stride;
     var s = 0.0;
     for (var i = lid; i < n; i = i + 256u) { let v = C[base + i]; s = s + v * v; }
-    let d = max(sqrt(wg_sum(lid, s)), bitcast<f32>(prm[3]));
+    let d = max(sqrt(wg_sum(lid, s)), sp.eps);
     for (var i = lid; i < n; i = i + 256u) { C[base + i] = C[base + i] / d; }
 }
 
@@ -173,7 +142,7 @@ fn thin_sum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
 // Frobenius scaling of a large matrix (past rlx_gpu/linalg/record.py's FROB_ONE elements) in two passes over many
 // workgroups, so that no thread's loop runs long: frob_part sums the squares of chunk j (FCH elements) of matrix z
 // into P[z parts + j]; frob_apply divides chunk j of matrix z by max(sqrt(the sum of its parts), eps). Workgroup
-// w = z parts + j. prm: [count, offset, stride, eps bits, batch, parts] (C: the matrices, P: batch * parts floats).
+// w = z parts + j. sp: as frob_scale's, and parts (C: the matrices, P: batch * parts floats).
 const FCH: u32 = 16384u;  // (64 elements a thread)
 @group(0) @binding(4) var<storage, read_write> P: array<f32>;
 
@@ -181,11 +150,11 @@ const FCH: u32 = 16384u;  // (64 elements a thread)
 fn frob_part(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let w = wid.x + wid.y * nwg.x;
-    if (w >= prm[4] * prm[5]) { return; }  // (uniform for the workgroup)
-    let base = prm[1] + (w / prm[5]) * prm[2];
-    let j = w % prm[5];
+    if (w >= sp.batch * sp.parts) { return; }  // (uniform for the workgroup)
+    let base = sp.c_off + (w / sp.parts) * sp.stride;
+    let j = w % sp.parts;
     var s = 0.0;
-    let end = min(prm[0], (j + 1u) * FCH);
+    let end = min(sp.count, (j + 1u) * FCH);
     for (var i = j * FCH + lid; i < end; i = i + 256u) { let v = C[base + i]; s = s + v * v; }
     let t = wg_sum(lid, s);
     if (lid == 0u) { P[w] = t; }
@@ -195,22 +164,13 @@ fn frob_part(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
 fn frob_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let w = wid.x + wid.y * nwg.x;
-    if (w >= prm[4] * prm[5]) { return; }
-    let parts = prm[5];
+    if (w >= sp.batch * sp.parts) { return; }
+    let parts = sp.parts;
     let z = w / parts;
-    let base = prm[1] + z * prm[2];
+    let base = sp.c_off + z * sp.stride;
     let j = w % parts;
     var s = 0.0;
     for (var q = lid; q < parts; q = q + 256u) { s = s + P[z * parts + q]; }
-    let d = max(sqrt(wg_sum(lid, s)), bitcast<f32>(prm[3]));
-    for (var i = j * FCH + lid; i < min(prm[0], (j + 1u) * FCH); i = i + 256u) { C[base + i] = C[base + i] / d; }
-}
-
-// A copy inside a compute pass (Newton-Schulz within an optimizer's step): C[offset C + i] = A[offset A + i].
-// prm: [count, offset A, offset C].
-@compute @workgroup_size(256)
-fn copy_range(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-              @builtin(local_invocation_index) lid: u32) {
-    let i = flat_index(wid, nwg, lid);
-    if (i < prm[0]) { C[prm[2] + i] = A[prm[1] + i]; }
+    let d = max(sqrt(wg_sum(lid, s)), sp.eps);
+    for (var i = j * FCH + lid; i < min(sp.count, (j + 1u) * FCH); i = i + 256u) { C[base + i] = C[base + i] / d; }
 }

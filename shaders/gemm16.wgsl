@@ -9,15 +9,17 @@ enable f16;
 @group(0) @binding(0) var<storage, read> A: array<f16>;
 @group(0) @binding(1) var<storage, read> B: array<f16>;
 @group(0) @binding(2) var<storage, read_write> C: array<f16>;
-@group(0) @binding(3) var<storage, read> prm: array<u32>;
+@group(0) @binding(3) var<storage, read> sp: Span;
 @group(0) @binding(5) var<storage, read> gp: Gemm;
 
 // #include "matrix_common.wgsl"
+// #include "gemm_tile.wgsl"
 
+alias T = f16;
 const TM: u32 = 128u;
 const TK: u32 = 16u;
-var<workgroup> As: array<vec4<f16>, 512>;  // [k][m / 4]
-var<workgroup> Bs: array<vec4<f16>, 512>;  // [k][n / 4]
+var<workgroup> As: array<vec4<T>, 512>;  // [k][m / 4]
+var<workgroup> Bs: array<vec4<T>, 512>;  // [k][n / 4]
 
 @compute @workgroup_size(16, 16)
 fn gemm16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -29,30 +31,12 @@ fn gemm16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let bt = g / per;
     let m0 = ((g % per) / gp.tiles_n) * TM;
     let n0 = ((g % per) % gp.tiles_n) * TM;
-    let M = gp.M; let N = gp.N; let K = gp.K;
-    let ta = gp.ta != 0u; let tb = gp.tb != 0u;
-    let LA = gp.lda; let LB = gp.ldb;
+    let K = gp.K;
     let abase = gp.a_off + bt * gp.a_bs;
     let bbase = gp.b_off + bt * gp.b_bs;
     var acc: array<vec4<f32>, 16>;
     for (var k0 = 0u; k0 < K; k0 = k0 + TK) {
-        // (each thread writes single f16 components of the staging vectors, as gemm.wgsl does with f32 ones: WGSL
-        // makes each component its own memory location; llvmpipe and NVIDIA's driver honour that for 16-bit ones)
-        for (var r = 0u; r < 8u; r++) {
-            let idx = li + r * 256u;
-            let kk = select(idx / TM, idx % TK, !ta);
-            let xx = select(idx % TM, idx / TK, !ta);
-            let m = m0 + xx; let k = k0 + kk;
-            var va = f16(0.0);
-            if (m < M && k < K) { va = A[abase + select(m * LA + k, k * LA + m, ta)]; }
-            As[kk * 32u + xx / 4u][xx % 4u] = va;
-            let kb = select(idx / TM, idx % TK, tb);
-            let yb = select(idx % TM, idx / TK, tb);
-            let n = n0 + yb; let k2 = k0 + kb;
-            var vb = f16(0.0);
-            if (n < N && k2 < K) { vb = B[bbase + select(k2 * LB + n, n * LB + k2, tb)]; }
-            Bs[kb * 32u + yb / 4u][yb % 4u] = vb;
-        }
+        stage_tiles(li, m0, n0, k0, abase, bbase);
         workgroupBarrier();
         var c0a = vec4<f16>(0.0); var c0b = vec4<f16>(0.0);
         var c1a = vec4<f16>(0.0); var c1b = vec4<f16>(0.0);
@@ -99,37 +83,22 @@ fn gemm16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     store_row(base, mr + 7u, nc, acc[14]); store_row(base, mr + 7u, nc + 64u, acc[15]);
 }
 
-fn store_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
-    let M = gp.M; let N = gp.N;
-    let alpha = gp.alpha;
-    let beta = gp.beta;
-    if (m >= M) { return; }
-    for (var j = 0u; j < 4u; j++) {
-        if (n + j < N) {
-            let o = base + m * gp.ldc + n + j;
-            var x = alpha * v[j];
-            if (beta != 0.0) { x = x + beta * f32(C[o]); }
-            C[o] = f16(x);
-        }
-    }
-}
-
-// Newton-Schulz's way in and out of f16 (rlx_gpu/linalg.py), one workgroup per matrix z of `count` elements:
-//   ns16_in:  C[offset C + z count + i] = f16(X[offset X + z count + i] / max(|X_z|_F, eps) * scale)
-//   ns16_out: X[offset X + z count + i] = f32(C[offset C + z count + i]) / scale
-// prm: [count, offset X, offset C, eps bits, batch, scale bits]; X: the float32 matrices.
+// Newton-Schulz's way in and out of f16 (rlx_gpu/linalg/record.py), one workgroup per matrix z of `count` elements:
+//   ns16_in:  C[c_off + z count + i] = f16(X[x_off + z count + i] / max(|X_z|_F, eps) * scale)
+//   ns16_out: X[x_off + z count + i] = f32(C[c_off + z count + i]) / scale
+// sp (struct Span): count, x_off, c_off, eps, batch, scale; X: the float32 matrices.
 @group(0) @binding(4) var<storage, read_write> X: array<f32>;
 
 @compute @workgroup_size(256)
 fn ns16_in(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
     let z = wid.x + wid.y * nwg.x;
-    if (z >= prm[4]) { return; }
-    let n = prm[0];
-    let xb = prm[1] + z * n; let cb = prm[2] + z * n;
+    if (z >= sp.batch) { return; }
+    let n = sp.count;
+    let xb = sp.x_off + z * n; let cb = sp.c_off + z * n;
     var s = 0.0;
     for (var i = lid; i < n; i = i + 256u) { let v = X[xb + i]; s = s + v * v; }
-    let f = bitcast<f32>(prm[5]) / max(sqrt(wg_sum(lid, s)), bitcast<f32>(prm[3]));
+    let f = sp.scale / max(sqrt(wg_sum(lid, s)), sp.eps);
     for (var i = lid; i < n; i = i + 256u) { C[cb + i] = f16(X[xb + i] * f); }
 }
 
@@ -137,33 +106,24 @@ fn ns16_in(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 fn ns16_out(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     let z = wid.x + wid.y * nwg.x;
-    if (z >= prm[4]) { return; }
-    let n = prm[0];
-    let xb = prm[1] + z * n; let cb = prm[2] + z * n;
-    let s = bitcast<f32>(prm[5]);
-    for (var i = lid; i < n; i = i + 256u) { X[xb + i] = f32(C[cb + i]) / s; }
+    if (z >= sp.batch) { return; }
+    let n = sp.count;
+    let xb = sp.x_off + z * n; let cb = sp.c_off + z * n;
+    for (var i = lid; i < n; i = i + 256u) { X[xb + i] = f32(C[cb + i]) / sp.scale; }
 }
 
 // The same for matrices past FROB_ONE elements, one thread per element of the whole batch (their norm taken first,
-// in place in X, by gemm.wgsl's frob_part and frob_apply): prm: [batch * count, offset X, offset C, -, -, scale bits]
+// in place in X, by gemm.wgsl's frob_part and frob_apply): sp's count is the batch's elements; x_off, c_off, scale.
 @compute @workgroup_size(256)
 fn ns16_in_flat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
-    if (i < prm[0]) { C[prm[2] + i] = f16(X[prm[1] + i] * bitcast<f32>(prm[5])); }
+    if (i < sp.count) { C[sp.c_off + i] = f16(X[sp.x_off + i] * sp.scale); }
 }
 
 @compute @workgroup_size(256)
 fn ns16_out_flat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
-    if (i < prm[0]) { X[prm[1] + i] = f32(C[prm[2] + i]) / bitcast<f32>(prm[5]); }
-}
-
-// C[offset C + i] = A[offset A + i] (f16), prm: [count, offset A, offset C]
-@compute @workgroup_size(256)
-fn copy16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_index) lid: u32) {
-    let i = flat_index(wid, nwg, lid);
-    if (i < prm[0]) { C[prm[2] + i] = A[prm[1] + i]; }
+    if (i < sp.count) { X[sp.x_off + i] = f32(C[sp.c_off + i]) / sp.scale; }
 }

@@ -24,6 +24,18 @@ fn at(i: u32) -> vec3<u32> {  // (matrix, row, column) of element i
     let per = hp.rows * hp.cols;
     return vec3<u32>(i / per, (i % per) / hp.cols, i % hp.cols);
 }
+// the index of element (matrix, row, column) in the source / the destination
+fn s_at(p: vec3<u32>) -> u32 { return hp.s_off + p.x * hp.s_bs + p.y * hp.s_ld + p.z; }
+fn d_at(p: vec3<u32>) -> u32 { return hp.d_off + p.x * hp.d_bs + p.y * hp.d_ld + p.z; }
+
+// The product of inv[k + z] over the first nk of k1, k2, k3
+fn inv_product(z: u32, nk: u32) -> f32 {
+    var f = 1.0;
+    if (nk > 0u) { f = f * inv[hp.k1 + z]; }
+    if (nk > 1u) { f = f * inv[hp.k2 + z]; }
+    if (nk > 2u) { f = f * inv[hp.k3 + z]; }
+    return f;
+}
 
 @compute @workgroup_size(256)
 fn half_reset(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -65,7 +77,7 @@ fn half_to(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     if (i >= hp.rows * hp.cols * hp.batch) { return; }
     let p = at(i);
     let s = scale_of(p.x);
-    dst[hp.d_off + p.x * hp.d_bs + p.y * hp.d_ld + p.z] = f16(src[hp.s_off + p.x * hp.s_bs + p.y * hp.s_ld + p.z] * s);
+    dst[d_at(p)] = f16(src[s_at(p)] * s);
     if (p.y == 0u && p.z == 0u) { inv[hp.m_off + p.x] = 1.0 / s; }
 }
 
@@ -74,8 +86,7 @@ fn half_copy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
              @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
     if (i >= hp.rows * hp.cols * hp.batch) { return; }
-    let p = at(i);
-    dst[hp.d_off + p.x * hp.d_bs + p.y * hp.d_ld + p.z] = f16(src[hp.s_off + p.x * hp.s_bs + p.y * hp.s_ld + p.z]);
+    dst[d_at(at(i))] = f16(src[s_at(at(i))]);
 }
 
 @compute @workgroup_size(256)
@@ -84,7 +95,7 @@ fn half_from(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let i = flat_index(wid, nwg, lid);
     if (i >= hp.rows * hp.cols * hp.batch) { return; }
     let p = at(i);
-    c32[hp.d_off + p.x * hp.d_bs + p.y * hp.d_ld + p.z] = f32(s16[hp.s_off + p.x * hp.s_bs + p.y * hp.s_ld + p.z]);
+    c32[d_at(p)] = f32(s16[s_at(p)]);
 }
 
 @compute @workgroup_size(256)
@@ -93,12 +104,8 @@ fn unscale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let i = flat_index(wid, nwg, lid);
     if (i >= hp.rows * hp.cols * hp.batch) { return; }
     let p = at(i);
-    var f = 1.0;
-    if (hp.nk > 0u) { f = f * inv[hp.k1 + p.x]; }
-    if (hp.nk > 1u) { f = f * inv[hp.k2 + p.x]; }
-    if (hp.nk > 2u) { f = f * inv[hp.k3 + p.x]; }
-    let o = hp.d_off + p.x * hp.d_bs + p.y * hp.d_ld + p.z;
-    c32[o] = c32[o] * f;
+    let o = d_at(p);
+    c32[o] = c32[o] * inv_product(p.x, hp.nk);
 }
 
 @compute @workgroup_size(256)
@@ -107,9 +114,6 @@ fn sub_scaled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let i = flat_index(wid, nwg, lid);
     if (i >= hp.rows * hp.cols * hp.batch) { return; }
     let p = at(i);
-    var f = 1.0;
-    if (hp.nk > 0u) { f = f * inv[hp.k1 + p.x]; }
-    if (hp.nk > 1u) { f = f * inv[hp.k2 + p.x]; }
-    let o = hp.d_off + p.x * hp.d_bs + p.y * hp.d_ld + p.z;
-    c32[o] = c32[o] - f * src[hp.s_off + p.x * hp.s_bs + p.y * hp.s_ld + p.z];
+    let o = d_at(p);
+    c32[o] = c32[o] - inv_product(p.x, min(hp.nk, 2u)) * src[s_at(p)];
 }

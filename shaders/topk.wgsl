@@ -5,9 +5,11 @@
 // block the count of entries above / equal to the threshold (count), per tensor the blocks' output offsets (scan),
 // and the compaction (compact), which also leaves the residual (acc with the sent entries zeroed).
 // Blocks are a Layout's (rlx_gpu/runtime/layout.py): (tensor, first vec4 in the chunk, end element, global block),
-// BLOCK = 4096 elements = 256 threads x 4 vec4. sel: 8 words per tensor: [threshold prefix, still needed, k, flat
-// offset of the tensor, output base, first block, block count, -]. hist: 2048 bins per tensor, then a flag word
-// (set when acc holds inf/NaN). cnt: 2 words per block. outp: K indices, then K value bits.
+// BLOCK = 4096 elements = 256 threads x 4 vec4. sel: a TensorSel per tensor (the threshold's bits found so far: after
+// the three passes, the threshold; the equal entries still needed; k; the tensor's flat offset; its output base; its
+// first block; its block count). hist: 2048 bins per tensor, then a flag word (set when acc holds inf/NaN). cnt: a
+// BlockCount per block (the entries above and equal to the threshold; the scan makes them the block's output offset
+// and the equal entries before it). outp: K indices, then K value bits. (The structs: compression.py.)
 // prm: a TopkParams (declared in rlx_gpu/addons/distributed/compression.py; the runtime appends its struct): the
 // radix pass, the blocks in this dispatch, K, the tensors, inv_scale.
 
@@ -17,8 +19,8 @@ override EF: bool = true;
 @group(0) @binding(1) var<storage, read> grad: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> blocks: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read_write> hist: array<atomic<u32>>;
-@group(0) @binding(4) var<storage, read_write> sel: array<u32>;
-@group(0) @binding(5) var<storage, read_write> cnt: array<u32>;
+@group(0) @binding(4) var<storage, read_write> sel: array<TensorSel>;
+@group(0) @binding(5) var<storage, read_write> cnt: array<BlockCount>;
 @group(0) @binding(6) var<storage, read_write> outp: array<u32>;
 @group(0) @binding(7) var<storage, read> prm: TopkParams;
 
@@ -59,7 +61,7 @@ fn topk_hist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let sh = shift_of(p);
     let hi = hi_of(p);
     let mask = (1u << (hi - sh)) - 1u;
-    let prefix = sel[8u * t] >> hi;
+    let prefix = sel[t].prefix >> hi;
     var bad = false;
     if (live) {
         for (var j = 0u; j < 4u; j++) {
@@ -100,7 +102,7 @@ fn topk_pick(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     workgroupBarrier();
     if (live && lid == 0u) {
         let sh = shift_of(prm.radix_pass);
-        let need = sel[8u * t + 1u];
+        let need = sel[t].need;
         var above = 0u;
         var bin = 0u;
         for (var q = 0u; q < WG; q++) {
@@ -116,8 +118,8 @@ fn topk_pick(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             }
             above += scan_a[th];
         }
-        sel[8u * t] = sel[8u * t] | (bin << sh);
-        sel[8u * t + 1u] = need - above;
+        sel[t].prefix = sel[t].prefix | (bin << sh);
+        sel[t].need = need - above;
     }
     workgroupBarrier();
     if (live) {
@@ -149,7 +151,7 @@ fn topk_count(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let b = block_id(wid, nwg);
     let live = b < prm.blocks;
     let blk = blocks[select(0u, b, live)];
-    let thr = sel[8u * blk.x];
+    let thr = sel[blk.x].prefix;
     var gt = 0u;
     var eq = 0u;
     if (live) {
@@ -168,8 +170,8 @@ fn topk_count(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let g = total;
     _ = wg_scan(eq, lid);
     if (live && lid == 0u) {
-        cnt[2u * blk.w] = g;
-        cnt[2u * blk.w + 1u] = total;
+        cnt[blk.w].above = g;
+        cnt[blk.w].equal = total;
     }
 }
 
@@ -180,25 +182,25 @@ fn topk_scan(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let t = block_id(wid, nwg);
     let live = t < prm.tensors;
     let tt = select(0u, t, live);
-    let need = sel[8u * tt + 1u];
-    let first = sel[8u * tt + 5u];
-    if (lid == 0u) { wnb = select(0u, sel[8u * tt + 6u], live); }
+    let need = sel[tt].need;
+    let first = sel[tt].first_block;
+    if (lid == 0u) { wnb = select(0u, sel[tt].nblocks, live); }
     let nb = workgroupUniformLoad(&wnb);  // (read_write storage is not uniform for the barriers below)
-    var out = sel[8u * tt + 4u];
+    var out = sel[tt].out_base;
     var eqb = 0u;
     for (var base = 0u; base < nb; base += WG) {
         let b = first + base + lid;
         let mine = base + lid < nb;
-        let gt = select(0u, cnt[2u * b], mine);
-        let eq = select(0u, cnt[2u * b + 1u], mine);
+        let gt = select(0u, cnt[b].above, mine);
+        let eq = select(0u, cnt[b].equal, mine);
         let eq_before = eqb + wg_scan(eq, lid);
         let eq_total = total;
         let take = min(eq, select(0u, need - eq_before, need > eq_before));
         let off = out + wg_scan(gt + take, lid);
         let taken = total;
         if (mine) {
-            cnt[2u * b] = off;
-            cnt[2u * b + 1u] = eq_before;
+            cnt[b].above = off;
+            cnt[b].equal = eq_before;
         }
         out += taken;
         eqb += eq_total;
@@ -214,8 +216,8 @@ fn topk_compact(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let live = b < prm.blocks;
     let blk = blocks[select(0u, b, live)];
     let t = blk.x;
-    let thr = sel[8u * t];
-    let need = sel[8u * t + 1u];
+    let thr = sel[t].prefix;
+    let need = sel[t].need;
     let K = prm.K;
     var xs: array<vec4<f32>, 4>;
     var eq = 0u;
@@ -232,11 +234,11 @@ fn topk_compact(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
             eq += select(0u, 1u, inside && a[c] == thr);
         }
     }
-    var eq_rank = cnt[2u * blk.w + 1u] + wg_scan(eq, lid);
+    var eq_rank = cnt[blk.w].equal + wg_scan(eq, lid);
     // (entries taken: all above, and equal ones while their rank among the tensor's equal ones is below need)
     let eq_take = min(eq, select(0u, need - eq_rank, need > eq_rank));
-    var pos = cnt[2u * blk.w] + wg_scan(gt + eq_take, lid);
-    let flat0 = sel[8u * t + 3u] + (blk.w - sel[8u * t + 5u]) * BLOCK;  // (the block's first entry, flat)
+    var pos = cnt[blk.w].above + wg_scan(gt + eq_take, lid);
+    let flat0 = sel[t].flat + (blk.w - sel[t].first_block) * BLOCK;  // (the block's first entry, flat)
     for (var j = 0u; j < 4u; j++) {
         let v = blk.y + 4u * lid + j;
         if (!live || 4u * v >= blk.z) { break; }

@@ -8,9 +8,9 @@ fn block_id(wid: vec3<u32>, nwg: vec3<u32>) -> u32 { return wid.x + wid.y * nwg.
 
 // The rebuild (scatter): add one rank's (index, value) entries [sprm.lo, sprm.hi) (at sprm.base in `lst`, values
 // sprm.K further on; a ScatterParams, declared in rlx_gpu/addons/distributed/compression.py) into `dense`, one
-// piece of it per segment (flat start, length, element offset in dense; sorted).
+// piece of it per Segment (flat start, size, element offset `at` in dense; sprm.segments of them, sorted by start).
 @group(0) @binding(0) var<storage, read_write> dense: array<f32>;
-@group(0) @binding(1) var<storage, read> segs: array<u32>;
+@group(0) @binding(1) var<storage, read> segs: array<Segment>;
 @group(0) @binding(2) var<storage, read> lst: array<u32>;
 @group(0) @binding(3) var<storage, read> sprm: ScatterParams;
 
@@ -22,14 +22,14 @@ fn topk_scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let idx = lst[sprm.base + e];
     let val = bitcast<f32>(lst[sprm.base + sprm.K + e]);
     var lo = 0u;
-    var hi = segs[0];  // (segments [lo, hi) may hold idx: the last one starting at or below it)
+    var hi = sprm.segments;  // (segments [lo, hi) may hold idx: the last one starting at or below it)
     while (hi - lo > 1u) {
         let mid = (lo + hi) / 2u;
-        if (segs[1u + 3u * mid] <= idx) { lo = mid; } else { hi = mid; }
+        if (segs[mid].start <= idx) { lo = mid; } else { hi = mid; }
     }
-    let s0 = segs[1u + 3u * lo];
-    if (idx >= s0 && idx - s0 < segs[2u + 3u * lo]) {
-        let d = segs[3u + 3u * lo] + idx - s0;
+    let seg = segs[lo];
+    if (idx >= seg.start && idx - seg.start < seg.size) {
+        let d = seg.at + idx - seg.start;
         dense[d] = dense[d] + val;
     }
 }

@@ -108,6 +108,11 @@ def test_config_and_params():
         P.pack(M=-1, scale=0.0)
     with pytest.raises(ValueError, match="repeats"):
         Params("Q", "a", "a:f32")
+    assert P.unpack(P.pack(M=7, scale=0.1).tobytes()) == {"M": 7, "scale": np.float32(0.1)} and P.offset("scale") == 4
+    with pytest.raises(KeyError, match="no field 'N'"):
+        P.offset("N")
+    with pytest.raises(ValueError, match="fewer than"):
+        P.unpack(np.zeros(1, np.uint32))
 
 
 def test_choose_config_fits_and_aligns():
@@ -245,3 +250,10 @@ def test_to_f16_then_the_gemm(device):
     ref = a.astype(np.float64) @ b
     got = device.read(c).view(np.float32).reshape(64, 64)
     assert np.abs(got - ref).max() <= TOL[("emulated", "f32")] * np.abs(ref).max()
+
+
+def test_shipped_shaders_read_no_positional_words():
+    """Every shipped kernel reads its parameters by name (runtime/params.py structs): no ``prm[n]`` anywhere."""
+    from rlx_gpu.runtime.source import shader_dir
+    found = [p.name for p in shader_dir().glob("*.wgsl") if "prm[" in p.read_text()]
+    assert not found, f"shaders that read positional parameter words: {found}"

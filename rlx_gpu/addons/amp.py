@@ -25,12 +25,18 @@ import numpy as np
 
 from ..core.sync import locked
 from ..engine import Optimizer
+from ..engine.gating import LOSS_SCALE_HEAD
 from ..runtime.device import get_device
 from ..runtime.kernels import shipped_kernel
+from ..runtime.params import Params, declare
 
 __all__ = ["GradScaler"]
 
 F32 = np.float32
+#: The scaler's device state, by name (shaders/amp.wgsl ``ls``); it begins with the device loss-scale protocol's
+#: fields (LOSS_SCALE_HEAD: rlx_gpu/engine/steps.py; shaders/gate.wgsl reads them by name).
+LOSS_SCALE = Params("LossScale", *LOSS_SCALE_HEAD, "growth:f32", "backoff:f32", "interval")
+declare("amp.wgsl", LOSS_SCALE)
 
 
 class GradScaler:
@@ -73,22 +79,17 @@ class GradScaler:
 
     # -- where the state lives --------------------------------------------------------------------------
     def _words(self) -> np.ndarray:
-        w = np.zeros(8, np.uint32)
-        w[0] = F32(self._scale).view(np.uint32)
-        w[1] = self._growth_tracker
-        w[2] = 1 if self._found_inf else 0
-        w[3] = F32(self._growth_factor).view(np.uint32)
-        w[4] = F32(self._backoff_factor).view(np.uint32)
-        w[5] = self._growth_interval
-        return w
+        return LOSS_SCALE.pack(scale=self._scale, tracker=self._growth_tracker, found=int(self._found_inf),
+                               growth=self._growth_factor, backoff=self._backoff_factor,
+                               interval=self._growth_interval)
 
     def _attach(self, device):
         """Move the state to ``device`` (first GPU use); later steps must use the same device."""
         if self._buf is None:
             self._dev = device
-            self._buf = device.buffer(32, "GradScaler", data=self._words())
+            self._buf = device.buffer(LOSS_SCALE.nbytes, "GradScaler", data=self._words())
             self._update = shipped_kernel(device, "amp.wgsl", "update_scale")
-            self._update_bind = self._update.bind({"scaler": self._buf})
+            self._update_bind = self._update.bind({"ls": self._buf})
         elif device.device is not self._dev.device:
             raise ValueError(f"GradScaler: its state lives on {self._dev.name}; cannot step an optimizer on "
                              f"{device.name}")
@@ -119,10 +120,10 @@ class GradScaler:
         """Host copies of the state from the device buffer."""
         if self._buf is not None:
             self._flush()
-            w = self._dev.read(self._buf, 0, 32).view(np.uint32)
-            self._scale = w[0:1].view(np.float32)[0]
-            self._growth_tracker = int(w[1])
-            self._found_inf = bool(w[2])
+            w = LOSS_SCALE.unpack(self._dev.read(self._buf, 0, LOSS_SCALE.nbytes))
+            self._scale = F32(w["scale"])
+            self._growth_tracker = int(w["tracker"])
+            self._found_inf = bool(w["found"])
 
     # -- torch's API ----------------------------------------------------------------------------------
     def is_enabled(self) -> bool:
@@ -177,8 +178,8 @@ class GradScaler:
             self._scale, self._found_inf = F32(new_scale), False
             self._pending_update = False
             if self._buf is not None:
-                self._dev.queue.write_buffer(self._buf, 0, np.array([self._scale], np.float32))
-                self._dev.queue.write_buffer(self._buf, 8, np.zeros(1, np.uint32))
+                self._dev.queue.write_buffer(self._buf, LOSS_SCALE.offset("scale"), np.array([self._scale], F32))
+                self._dev.queue.write_buffer(self._buf, LOSS_SCALE.offset("found"), np.zeros(1, np.uint32))
         elif self._steps:
             if self._buf is not None:
                 self._pending_update = True  # dispatched at the start of the next step, or by _flush

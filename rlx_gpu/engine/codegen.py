@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from ..core.lowp import F32
+from ..runtime.params import structs
 from ..runtime.source import resolve, shader_dir
 from ..runtime.typed import typed_array
 from .drivers import PLAIN, Emit, elementwise, param_helpers, per_tensor
@@ -205,6 +206,7 @@ def engine_text(shader: str, record, grad=None, native_f16: bool = False) -> Tex
     if grad is not None:
         t.gen(typed_array("grad", next(idx), grad, False, native_f16))
     t.file(shader, idx)
+    t.gen(structs(shader))  # (the structs and constants the host declared for it: runtime/params.py)
     return t
 
 

@@ -16,12 +16,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..runtime.kernels import get_kernel
+from ..runtime.params import Params, declare
 from .codegen import engine_module
 
-HEAD, LOG = 8, 64          # gate buffer: header words, then the outcome log (gate.wgsl's HEAD and LOG)
-READ_BYTES = 4 * (HEAD + LOG)
-ARGS_BYTE = READ_BYTES     # the dispatch arguments follow, then their pristine copy
-TABLE_HEAD = 16            # words before the rows in the candidate buffer: [counter offset, rows, ...]
+LOG = 64  # the outcome log's entries (a ring, indexed by the step counter)
+#: The gate buffer (shaders/gate.wgsl ``gate``), by name: the last step's skip flag, the steps applied, the steps
+#: run (both counters wrap at 2^32), set when a step found no row for its applied count, the skip flag of step j at
+#: ``log[j % LOG]``; then ``args``: the later dispatches' arguments (3 words each), then their pristine copy.
+GATE = Params("Gate", "last_skip", "applied", "steps", "overrun", f"log:u32[{LOG}]", tail="args")
+#: The candidate buffer (gate.wgsl ``cand``): the applied count that selects row 0, the rows, then the rows' words.
+TABLE = Params("Table", "applied0", "rows", tail="words")
+#: The device loss-scale protocol's first words, which gate.wgsl reads (rlx_gpu/engine/steps.py; GradScaler's
+#: LossScale, rlx_gpu/addons/amp.py, begins with them).
+LOSS_SCALE_HEAD = ("scale:f32", "tracker", "found")
+declare("gate.wgsl", GATE, TABLE, Params("LossScaleHead", *LOSS_SCALE_HEAD), LOG=LOG)
+READ_BYTES = GATE.nbytes  # (what the host copies back: the counters and the log)
+ARGS_BYTE = GATE.offset("args")
 MASK = 0xFFFFFFFF
 ROWS_AHEAD = 32            # rows a checked run's table holds beyond its unsettled steps
 
@@ -111,17 +121,16 @@ class GateMixin:
         """``tb`` into the candidate buffer, with the counter offset that maps the applied count at the live
         state to ``row``."""
         wdev = self._hyper.size // 4  # (the choose pass reads rows at the hyper buffer's own, padded, length)
-        need = 4 * (TABLE_HEAD + tb.rows * wdev)
+        need = TABLE.nbytes + 4 * tb.rows * wdev
         if self._cand is None or self._cand.size < need:
             self._cand = self.device.buffer(max(need, 2 * self._hyper.size), f"{type(self).__name__}.records")
             self._binds.clear()  # (the gate passes' bind groups and the quick programs bind it)
             header_only = False
-        head = np.zeros(TABLE_HEAD, np.uint32)
-        head[0], head[1] = (self._c - row) & MASK, tb.rows
+        head = TABLE.pack(applied0=(self._c - row) & MASK, rows=tb.rows, words=())
         self.device.queue.write_buffer(self._cand, 0, head)
         if not header_only:
             words = tb.words if tb.words.shape[1] == wdev else np.pad(tb.words, ((0, 0), (0, wdev - tb.words.shape[1])))
-            self.device.queue.write_buffer(self._cand, 4 * TABLE_HEAD, words)
+            self.device.queue.write_buffer(self._cand, TABLE.offset("words"), words)
             self._on_device = tb
 
     def _record_outcome(self, enc, args: list):
@@ -182,20 +191,20 @@ class GateMixin:
     def _process(self, read: Read) -> None:
         """One copy of the counters and log: the outcomes of the steps up to it, and the run's base moved there."""
         read.promise.sync_wait()
-        w = np.frombuffer(read.slot.read_mapped(0, READ_BYTES), np.uint32).copy()
+        w = GATE.unpack(read.slot.read_mapped(0, READ_BYTES))
         read.slot.unmap()
         self._slots.append(read.slot)
-        run, c, j = self._run, int(w[1]), int(w[2])
-        if w[3] or (j - read.j) & MASK:
+        run, c, j, log = self._run, w["applied"], w["steps"], w["log"]
+        if w["overrun"] or (j - read.j) & MASK:
             raise RuntimeError(f"rlx_gpu: {type(self).__name__}: a checked step read past its record table or "
                                "its outcome copy is not where it was recorded (an engine bug; the optimizer's state "
                                "is no longer known)")
         done, applied = (j - self._j) & MASK, (c - self._c) & MASK
         for o in run.outcomes[:done]:
-            o._skipped = bool(w[HEAD + o.index % LOG])
+            o._skipped = bool(log[o.index % LOG])
         del run.outcomes[:done]
         run.row += applied
-        last = bool(w[HEAD + (j - 1) % LOG]) if done else self._last_skipped
+        last = bool(log[(j - 1) % LOG]) if done else self._last_skipped
         self._set_live(self._rtable.state(run.row, last))
         self._c, self._j, self._rrow = c, j, run.row
         if not run.outcomes:

@@ -7,7 +7,8 @@ outcomes: the records of the next steps come from a table with a row per count o
 picks the row (:mod:`.tables`, :mod:`.gating`); outcomes are read back every few steps or when asked.
 
 A device loss scale (``step(loss_scale=...)``, what GradScaler passes) is any object with ``buffer`` (a wgpu
-buffer whose word 0 is the scale as float32 and word 2 a found-inf flag the gate sets on a skip),
+buffer that begins with :data:`rlx_gpu.engine.gating.LOSS_SCALE_HEAD`'s fields: the scale as float32, a word the
+step leaves alone, and a found-inf flag the gate sets on a skip),
 ``encode_pending(pass)`` (records an update still pending at the start of the step's pass) and ``committed()``
 (called once the step was submitted, so a failed step leaves the update pending).
 

@@ -21,7 +21,7 @@ from ..core.lowp import F32
 from ..runtime.arena import Arena, DeviceTensor
 from ..runtime.device import get_device
 from .factor import cholesky_qr_encode  # noqa: F401
-from .record import (TILE, _bind, _bits, _prm, copy_range, frob_scale, gemm,  # noqa: F401
+from .record import (TILE, _bind, _prm, copy_range, frob_scale, gemm,  # noqa: F401
                             ns_dispatches, ns_encode, ns_encode16)
 from .tc import as_f16_buffer, resolve_path, tc_gemm
 from .tcns import Job, ns_tc  # noqa: F401 (Muon records it)

@@ -21,12 +21,12 @@ FROB_ONE, FCH = 1 << 22, 16384
 #: The parameters of shaders/gemm.wgsl's and gemm16.wgsl's GEMMs (``gp``), by name.
 GEMM = Params("Gemm", "M", "N", "K", "ta", "tb", "a_off", "b_off", "c_off", "a_bs", "b_bs", "c_bs", "alpha:f32",
               "beta:f32", "tiles_n", "tiles_m", "batch", "lda", "ldb", "ldc", "chunks")
-declare("gemm.wgsl", GEMM)
-declare("gemm16.wgsl", GEMM)
-
-
-def _bits(x: float) -> int:
-    return int(np.array(x, np.float32).view(np.uint32))
+#: The parameters of the copies, Frobenius scalings and Newton-Schulz's f16 conversions (``sp``), by name: ``count``
+#: elements (a matrix's, or a copy's / a flat conversion's in all), ``x_off`` (into A or X), ``c_off`` (into C),
+#: ``stride`` (between matrices), ``eps``, ``batch``, ``parts`` (frob_part's chunks a matrix), ``scale``.
+SPAN = Params("Span", "count", "x_off", "c_off", "stride", "eps:f32", "batch", "parts", "scale:f32")
+declare("gemm.wgsl", GEMM, SPAN)
+declare("gemm16.wgsl", GEMM, SPAN)
 
 
 def _prm(dev, words, label, keep, cache):
@@ -42,6 +42,11 @@ def _prm(dev, words, label, keep, cache):
     if keep is not None:
         keep.append(buf)
     return buf
+
+
+def _span(dev, label, keep, cache, **words):
+    """A ``Span`` parameter buffer (the fields not given are 0)."""
+    return _prm(dev, SPAN.pack(**{**dict.fromkeys(SPAN.names, 0), **words}), label, keep, cache)
 
 
 def _bind(k, cache, buffers: dict):
@@ -103,25 +108,25 @@ def _scratch(dev, nbytes, label, keep, cache):
 
 def copy_range(dev, enc, src, src_off, dst, dst_off, count, keep=None, cache=None) -> None:
     """Record a copy of ``count`` float32 elements as a dispatch (so it can sit inside a compute pass)."""
-    pbuf = _prm(dev, [count, src_off, dst_off], "copy.prm", keep, cache)
+    pbuf = _span(dev, "copy.prm", keep, cache, count=count, x_off=src_off, c_off=dst_off)
     k = shipped_kernel(dev, "gemm.wgsl", "copy_range")
-    k.dispatch(enc, _bind(k, cache, {"A": src, "C": dst, "prm": pbuf}), -(-count // 256))
+    k.dispatch(enc, _bind(k, cache, {"A": src, "C": dst, "sp": pbuf}), -(-count // 256))
 
 
 def frob_scale(dev, enc, x, count, offset, stride, eps, batch, keep=None, cache=None) -> None:
     """Record: each of ``batch`` matrices of ``count`` elements divided by max(its Frobenius norm, eps) (one
     dispatch; two for matrices past FROB_ONE elements)."""
-    if count <= FROB_ONE:
-        pbuf = _prm(dev, [count, offset, stride, _bits(eps), batch], "frob.prm", keep, cache)
+    parts = 0 if count <= FROB_ONE else -(-count // FCH)
+    pbuf = _span(dev, "frob.prm", keep, cache, count=count, c_off=offset, stride=stride, eps=eps, batch=batch,
+                 parts=parts)
+    if not parts:
         k = shipped_kernel(dev, "gemm.wgsl", "frob_scale")
-        k.dispatch(enc, _bind(k, cache, {"C": x, "prm": pbuf}), batch)
+        k.dispatch(enc, _bind(k, cache, {"C": x, "sp": pbuf}), batch)
         return
-    parts = -(-count // FCH)
-    pbuf = _prm(dev, [count, offset, stride, _bits(eps), batch, parts], "frob.prm", keep, cache)
     part = _scratch(dev, 4 * batch * parts, "frob.parts", keep, cache)
     for entry in ("frob_part", "frob_apply"):
         k = shipped_kernel(dev, "gemm.wgsl", entry)
-        k.dispatch(enc, _bind(k, cache, {"C": x, "P": part, "prm": pbuf}), batch * parts)
+        k.dispatch(enc, _bind(k, cache, {"C": x, "P": part, "sp": pbuf}), batch * parts)
 
 
 def ns_dispatches(ns_steps: int) -> int:
@@ -207,11 +212,11 @@ def ns16_stages(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, c
                  (("ns16_in_flat", "ns16_out_flat") if flat else ("ns16_in", "ns16_out")))
     if flat:
         frob_scale(dev, enc, x, m * n, offset, m * n, eps, batch, keep, cache)
-        prm = _prm(dev, [batch * m * n, offset, 0, 0, 0, _bits(rl)], "ns16.prm", keep, cache)
+        prm = _span(dev, "ns16.prm", keep, cache, count=batch * m * n, x_off=offset, scale=rl)
     else:
-        prm = _prm(dev, [m * n, offset, 0, _bits(eps), batch, _bits(rl)], "ns16.prm", keep, cache)
+        prm = _span(dev, "ns16.prm", keep, cache, count=m * n, x_off=offset, eps=eps, batch=batch, scale=rl)
     groups = -(-batch * m * n // 256) if flat else batch
-    kin.dispatch(enc, _bind(kin, cache, {"X": x, "C": xa, "prm": prm}), groups)
+    kin.dispatch(enc, _bind(kin, cache, {"X": x, "C": xa, "sp": prm}), groups)
     yield
     mm = mm or _tiled16(dev, batch, keep, cache)
     sq, mn = s * s, m * n
@@ -227,19 +232,20 @@ def ns16_stages(dev, enc, x, offset, batch, m, n, ns_steps, coeffs, eps, keep, c
             mm(enc, bmat, cur, other, m, n, m, 1.0 / rs, a, cur, False, False, (sq, mn, mn))
         yield
         cur, other = other, cur
-    prm = _prm(dev, [batch * m * n if flat else m * n, offset, 0, 0, batch, _bits(rl)], "ns16.prm", keep, cache)
-    kout.dispatch(enc, _bind(kout, cache, {"X": x, "C": cur, "prm": prm}), groups)
+    prm = _span(dev, "ns16.prm", keep, cache, count=batch * m * n if flat else m * n, x_off=offset, batch=batch,
+                scale=rl)
+    kout.dispatch(enc, _bind(kout, cache, {"X": x, "C": cur, "sp": prm}), groups)
 
 
 def _tiled16(dev, batch, keep, cache):
-    """Newton-Schulz's GEMM on ``gemm16.wgsl``: D copied into C (``copy16``), then C = alpha AB + beta C."""
-    kcp = shipped_kernel(dev, "gemm16.wgsl", "copy16")
+    """Newton-Schulz's GEMM on ``gemm16.wgsl``: D copied into C (``copy_range``), then C = alpha AB + beta C."""
+    kcp = shipped_kernel(dev, "gemm16.wgsl", "copy_range")
 
     def mm(enc, A, B, C, M, N, K, alpha, beta, D, ta, tb, strides):
         if D is not None:
             count = batch * strides[2]
-            p = _prm(dev, [count, 0, 0], "copy16.prm", keep, cache)
-            kcp.dispatch(enc, _bind(kcp, cache, {"A": D, "C": C, "prm": p}), -(-count // 256))
+            p = _span(dev, "copy16.prm", keep, cache, count=count)
+            kcp.dispatch(enc, _bind(kcp, cache, {"A": D, "C": C, "sp": p}), -(-count // 256))
         gemm(dev, enc, A, B, C, M, N, K, alpha=alpha, beta=beta if D is not None else 0.0, batch=batch, keep=keep,
              cache=cache, f16=True, ta=ta, tb=tb, strides=strides)
     return mm

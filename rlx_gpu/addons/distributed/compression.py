@@ -27,13 +27,20 @@ BLOCK = 4096  # entries per workgroup (shaders/topk.wgsl)
 BINS = 2048
 # The kernels' parameters, read by name in shaders/topk.wgsl and shaders/topk_rebuild.wgsl: the radix pass, the
 # blocks of a dispatch, K, the tensors and the grads' factor; one rank's entries [lo, hi) of its list at base (values
-# K further on); the finish pass's vec4s, its factor 1/N and its first partial.
+# K further on) and the segments of its target; the finish pass's vec4s, its factor 1/N and its first partial.
 TOPK = Params("TopkParams", "radix_pass", "blocks", "K", "tensors", "inv_scale:f32")
-SCATTER = Params("ScatterParams", "lo", "hi", "K", "base")
+SCATTER = Params("ScatterParams", "lo", "hi", "K", "base", "segments")
 FINISH = Params("FinishParams", "nvec", "inv_n:f32", "part0")
-declare("topk.wgsl", TOPK)
-declare("topk_rebuild.wgsl", SCATTER, FINISH)
-INV_SCALE_AT = 4 * TOPK.names.index("inv_scale")  # (its byte in the buffer, rewritten when the factor changes)
+# The device tables, by name: a tensor's selection state (topk.wgsl ``sel``: the threshold's bits found so far, the
+# equal entries still needed, k, its flat offset, its output base, first block and block count), a block's counts
+# (``cnt``: above and equal to the threshold; the scan's output offset and equal entries before), a segment of a
+# rebuilt grad buffer (topk_rebuild.wgsl ``segs``: flat start, size, element offset in the buffer).
+SEL = Params("TensorSel", "prefix", "need", "k", "flat", "out_base", "first_block", "nblocks")
+BLOCK_COUNT = Params("BlockCount", "above", "equal")
+SEGMENT = Params("Segment", "start", "size", "at")
+declare("topk.wgsl", TOPK, SEL, BLOCK_COUNT)
+declare("topk_rebuild.wgsl", SCATTER, FINISH, SEGMENT)
+INV_SCALE_AT = TOPK.offset("inv_scale")  # (its byte in the buffer, rewritten when the factor changes)
 
 
 class TopK:
@@ -73,16 +80,14 @@ class TopKCompressor:
         self.k = [topk_count(topk.ratio, n) for n in sizes]
         self.K = K = int(sum(self.k))
         T = len(sizes)
-        sel = np.zeros((T, 8), np.uint32)
-        sel[:, 1] = sel[:, 2] = self.k
-        sel[:, 3] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        sel[:, 4] = np.concatenate([[0], np.cumsum(self.k)[:-1]])
-        sel[:, 5], sel[:, 6] = lay.first_block, lay.num_blocks
+        sel = SEL.pack_rows(prefix=0, need=self.k, k=self.k, flat=np.concatenate([[0], np.cumsum(sizes)[:-1]]),
+                            out_base=np.concatenate([[0], np.cumsum(self.k)[:-1]]), first_block=lay.first_block,
+                            nblocks=lay.num_blocks)
         self._sel_init = _u32(sel.reshape(-1))
         buf = device.buffer
         self.sel = buf(sel.nbytes, "topk.sel")
         self.hist = buf(4 * (T * BINS + 1), "topk.hist")
-        self.cnt = buf(8 * max(1, lay.block_end), "topk.cnt")
+        self.cnt = buf(BLOCK_COUNT.nbytes * max(1, lay.block_end), "topk.cnt")
         self.outp = buf(8 * K, "topk.out")
         self._flag = np.zeros(4, np.uint8)
         self.out = np.zeros(2 * K, np.uint32)
@@ -186,9 +191,9 @@ class Rebuild:
         self.targets, npart = [], 0
         for dense, ss in segs.values():
             ss.sort()
-            table = _u32([len(ss)] + [w for s in ss for w in s])
-            span = (ss[0][0], max(a + ln for a, ln, _ in ss))
-            sprm = [buf(4 * len(SCATTER.fields), "topk.sprm") for _ in range(self.world)]
+            table = SEGMENT.pack_rows(**dict(zip(SEGMENT.names, np.array(ss, np.int64).T)))
+            span = (ss[0][0], max(a + ln for a, ln, _ in ss), len(ss))
+            sprm = [buf(SCATTER.nbytes, "topk.sprm") for _ in range(self.world)]
             seg_buf = buf(table.nbytes, "topk.segs", data=table)
             binds = [self._scatter.bind({"dense": dense, "segs": seg_buf, "lst": self.lst, "sprm": p}) for p in sprm]
             nvec = dense.size // 16
@@ -209,11 +214,11 @@ class Rebuild:
         q = dev.queue
         dev.transfer.upload([(self.lst, 0, np.ascontiguousarray(lists, np.uint32).reshape(-1).view(np.uint8))])
         enc = dev.encoder()
-        for dense, (lo, hi), sprm, binds, _, _ in self.targets:
+        for dense, (lo, hi, nseg), sprm, binds, _, _ in self.targets:
             enc.clear_buffer(dense, 0, dense.size)
             for r in range(self.world):
                 e0, e1 = np.searchsorted(lists[r, :K], [lo, hi])
-                q.write_buffer(sprm[r], 0, SCATTER.pack(lo=e0, hi=e1, K=K, base=2 * K * r))
+                q.write_buffer(sprm[r], 0, SCATTER.pack(lo=e0, hi=e1, K=K, base=2 * K * r, segments=nseg))
                 if e1 > e0:
                     self._scatter.dispatch(enc, binds[r], -(-(int(e1) - int(e0)) // 256))
         for (_, _, _, _, _, groups), fb in zip(self.targets, self._fbind):

@@ -1,0 +1,76 @@
+"""Named kernel parameters and device tables (rlx_gpu/runtime/params.py): fixed arrays, tables of structs, shared
+constants, and the shaders that read the engine's and the add-ons' device words by name."""
+import re
+
+import numpy as np
+import pytest
+
+from rlx_gpu.runtime.params import Params, declare, structs
+from rlx_gpu.runtime.source import shader_dir
+
+
+def test_fixed_arrays_and_tail_offsets():
+    G = Params("G", "a", "b:f32", "log:u32[3]", tail="rest")
+    assert G.wgsl() == "struct G { a: u32, b: f32, log: array<u32, 3>, rest: array<u32>, }"
+    assert (G.nbytes, G.offset("log"), G.offset("rest")) == (20, 8, 20)
+    w = G.pack(a=1, b=0.5, log=[4, 5, 6], rest=[9, 10])
+    assert list(w) == [1, int(np.float32(0.5).view(np.uint32)), 4, 5, 6, 9, 10]
+    out = G.unpack(w)
+    assert out["a"] == 1 and out["b"] == np.float32(0.5) and list(out["log"]) == [4, 5, 6]
+    with pytest.raises(ValueError, match="log must be 3 values"):
+        G.pack(a=1, b=0.5, log=[4, 5], rest=[])
+    with pytest.raises(ValueError, match="does not fit a u32"):
+        G.pack(a=1, b=0.5, log=[4, -5, 6], rest=[])
+    for bad in ("x:f64", "x:u32[0]", "x[2"):
+        with pytest.raises(ValueError, match="are not name"):
+            Params("H", bad)
+
+
+def test_pack_rows():
+    R = Params("R", "x", "y:f32", "z")
+    t = R.pack_rows(x=[1, 2, 3], y=0.5, z=np.array([7, 8, 9]))
+    assert t.shape == (3, 3) and t.dtype == np.uint32
+    assert [list(r) for r in t] == [[i, int(np.float32(0.5).view(np.uint32)), 6 + i] for i in (1, 2, 3)]
+    assert R.unpack(t[1]) == {"x": 2, "y": np.float32(0.5), "z": 8}
+    with pytest.raises(ValueError, match="z must be one value or 3"):
+        R.pack_rows(x=[1, 2, 3], y=0.5, z=[1, 2])
+    with pytest.raises(KeyError, match=r"missing \['z'\]"):
+        R.pack_rows(x=1, y=0.5)
+    with pytest.raises(ValueError, match="scalar fields only"):
+        Params("S", "v:u32[2]").pack_rows(v=[1])
+
+
+def test_declared_constants():
+    declare("test_params_only.wgsl", Params("C", "a"), LOG=64)
+    declare("test_params_only.wgsl", LOG=64)  # (the same value again: fine)
+    assert structs("test_params_only.wgsl").splitlines() == ["struct C { a: u32, }", "const LOG: u32 = 64u;"]
+    with pytest.raises(ValueError, match="constant LOG"):
+        declare("test_params_only.wgsl", LOG=32)
+    with pytest.raises(ValueError, match="constant N"):
+        declare("test_params_only.wgsl", N=-1)
+
+
+def test_gate_and_topk_tables_read_by_name():
+    """The checked step's gate and candidate buffers and top-k's tables are structs declared on the host
+    (engine/gating.py, addons/distributed/compression.py): the shaders index none of them by a number."""
+    import rlx_gpu.addons.distributed.compression  # noqa: F401  (declares the top-k structs)
+    from rlx_gpu.engine import gating
+    src = {f: (shader_dir() / f).read_text() for f in ("gate.wgsl", "topk.wgsl", "topk_rebuild.wgsl")}
+    bare = {f: re.findall(r"\b(?:gate|cand|sel|cnt|segs)\[[^\]]*\d[^\]]*\]", s) for f, s in src.items()}
+    assert not any(bare.values()), bare
+    assert "const HEAD" not in src["gate.wgsl"] and "struct LossScaleHead" not in src["gate.wgsl"]
+    decl = structs("gate.wgsl")
+    for name in ("struct Gate {", "struct Table {", "struct LossScaleHead {", f"const LOG: u32 = {gating.LOG}u;"):
+        assert name in decl
+    assert gating.READ_BYTES == gating.GATE.offset("args") and gating.GATE.offset("log") == 16
+    for s in ("TensorSel", "BlockCount"):
+        assert f"struct {s} " in structs("topk.wgsl")
+    assert "struct Segment " in structs("topk_rebuild.wgsl")
+
+
+def test_loss_scale_begins_with_the_protocol():
+    from rlx_gpu.addons.amp import LOSS_SCALE
+    from rlx_gpu.engine.gating import LOSS_SCALE_HEAD
+    head = Params("LossScaleHead", *LOSS_SCALE_HEAD)
+    assert LOSS_SCALE.fields[:len(head.fields)] == head.fields
+    assert [LOSS_SCALE.offset(n) for n in head.names] == [head.offset(n) for n in head.names]
