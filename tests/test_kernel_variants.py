@@ -3,9 +3,9 @@ Adafactor's MERGE and ROWCOLS against the plain driver: every variant does the s
 element, so the elementwise optimizers' params and states agree bit for bit; the quantized drivers (workgroup atomics or subgroup shuffles for the block maxima) give
 the same codes. The reducing optimizers' (LAMB, Mars, Adafactor) sums are compared within the suite's bound
 (cases.RTOL and ATOL) for every variant but VPACK: with subgroups or pairs of vec4s a thread they are taken in
-another order, and FULL drops the padding-lane select between each per-lane term (p * p, c * c, ...) and its sum,
-so a GPU compiler may fuse the term's multiply into the sum's adds (SPIR-V without NoContraction allows it; on the
-H200 the FULL variant's norms differ in the last bit, on llvmpipe not at all). Each is deterministic: the same
+another order, and FULL's unmasked loop, summing in the same order, is compiled differently (on the H200 LAMB's
+float32 norms differ in the last bit, on llvmpipe not at all; with the masks put back into FULL's loop they still
+differ: benchmarks/h200_harden3.py, logs/h200_2026-12-01c). Each is deterministic: the same
 variant run twice gives the same bits (test_reductions_are_reproducible: fixed trees over workgroup memory and a
 fixed order over the blocks' partials, no float atomics).
 Sizes: around a vec4, a pair of vec4s, a quantization block, an engine block (2048) and several of a workgroup's

@@ -272,11 +272,12 @@ def test_a_sparse_step_past_the_max_binding_and_after_it(device):
     del p0
     twin.step({"emb": rlx_gpu.RowSparse(np.arange(sample.size), vals[sample])})
     del vals
-    np.testing.assert_array_equal(opt.params["emb"].numpy()[sample], twin.params["emb"])
+    bound = tol("SparseAdam", {}, True, device)  # (bit for bit on the CPU adapter; last bits apart on the H200)
+    close(opt.params["emb"].numpy()[sample], twin.params["emb"], bound, "past the binding")
     row = int(np.searchsorted(sample, 3))  # (row 3 of the table, a sampled one)
     opt.step({"emb": rlx_gpu.RowSparse(np.array([3]), np.ones((1, L), np.float32))})
     twin.step({"emb": rlx_gpu.RowSparse(np.array([row]), np.ones((1, L), np.float32))})
-    np.testing.assert_array_equal(opt.params["emb"].numpy()[sample], twin.params["emb"])
+    close(opt.params["emb"].numpy()[sample], twin.params["emb"], bound, "a one-row step after it")
     del opt
 
 

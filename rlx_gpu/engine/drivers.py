@@ -15,11 +15,11 @@ it is what WGSL requires); the others return early.
 How a driver walks its vec4s is an :class:`Emit` choice (none changes a result bit but a reduction's sums):
 *wide* units of two vec4s (eight elements, a 16-byte load of a 16-bit buffer), *full* blocks (wholly inside their
 tensor) through a copy of the loop without tail masks, and *subgroup* sums at the end of a reduction. Wide units and
-subgroups sum in another order; full blocks in the same order, but with no mask's select between a per-lane term
-(``p * p``) and its sum a GPU compiler may fuse the two into FMAs (on the H200 LAMB's norms come out a last bit
-apart). Every variant is deterministic: fixed trees, a fixed order over the blocks' partials, no float atomics. The
-``qat=`` export's update driver walks runs of whole rows instead (:func:`rlx_gpu.engine.qat.driver_lines`); the
-quantized drivers are :mod:`rlx_gpu.engine.qcodegen`'s, on the same :func:`unit`.
+subgroups sum in another order; full blocks in the same order, yet on the H200 LAMB's float32 norms come out a last
+bit apart from the plain driver's (the unmasked loop is compiled differently; putting the masks back into it does
+not remove the difference, so the dropped select is not the cause: not diagnosed further). Every variant is
+deterministic: fixed trees, a fixed order over the blocks' partials, no float atomics. The ``qat=`` export's
+update driver walks runs of whole rows instead (:func:`rlx_gpu.engine.qat.driver_lines`); the quantized drivers are :mod:`rlx_gpu.engine.qcodegen`'s, on the same :func:`unit`.
 """
 from __future__ import annotations
 
