@@ -120,6 +120,11 @@ fn qat_scale_of(q: QatEntry, amax: f32) -> f32 {
 // After the loop (uniform control flow): the workgroup's channel maxima into the global amax, or for a fused
 // tensor its run's scales, codes and values.
 fn qat_end(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) {
+    qat_words(q, c0, blk, lid, 0u, qat_scales(q, c0, blk, lid, run));
+}
+// The workgroup's maxima published, and for a fused run its scales (its rows; 0 for another tensor's run), after
+// barriers that let every thread read the scales and the run's stored weights.
+fn qat_scales(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) -> u32 {
     qat_flush(q, c0, run);
     workgroupBarrier();
     qat_publish(q, c0, lid);
@@ -132,11 +137,15 @@ fn qat_end(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) {
     }
     storageBarrier();  // (the run's weights, stored by every thread, seen by every thread)
     workgroupBarrier();
+    return rows;
+}
+// A fused run's code words from word j0 on (and their values), its weights read back.
+fn qat_words(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, j0: u32, rows: u32) {
     if (rows == 0u) { return; }
     let per = select(2u, 1u, q.bits == 8u);  // vec4s per code word
     let nw = (blk.z - 4u * blk.y + 4u * per - 1u) / (4u * per);
-    var pos = qat_pos(q, blk.w + 4u * per * lid, 4u * per * WG);
-    for (var j = lid; j < nw; j = j + WG) {
+    var pos = qat_pos(q, blk.w + 4u * per * (j0 + lid), 4u * per * WG);
+    for (var j = j0 + lid; j < nw; j = j + WG) {
         let i0 = blk.y + per * j;
         let e0 = blk.w + 4u * per * j;
         let c = select(0u, pos.c - c0, q.per_channel);  // (a fused run's code words lie in one channel each)
@@ -153,6 +162,36 @@ fn qat_end(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) {
         }
         qat_put(q.code + e0 * q.bits / 32u, word);
     }
+}
+// qat_end's variant for Optimizer.QAT_KEEP: each thread kept the stored weights of its vec4s k * WG + lid of the
+// run (k < QAT_KEPT) and quantizes them itself, without reading them back (the rest of a longer run: qat_words).
+// An int8 code word is one vec4; an int4 word is two, vec4s 2m and 2m + 1, whose 16-bit halves meet in qat_wh.
+var<workgroup> qat_wh: array<u32, QAT_HALVES>;
+fn qat_end_kept(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>,
+                qv: ptr<function, array<vec4<f32>, QAT_KEPT>>) {
+    let rows = qat_scales(q, c0, blk, lid, run);
+    let nv = select(0u, (blk.z - 4u * blk.y + 3u) / 4u, rows != 0u);  // (the run's vec4s)
+    var pos = qat_pos(q, blk.w + 4u * lid, 4u * WG);
+    for (var k = 0u; k < QAT_KEPT; k++) {
+        let j = k * WG + lid;
+        if (j < nv) {
+            let i = blk.y + j;
+            let e = blk.w + 4u * j;
+            let c = select(0u, pos.c - c0, q.per_channel);
+            let code = qat_code4(q, (*qv)[k], tail(i, blk.z), vec4<f32>(qat_wi[c]));
+            let bits = qat_pack(code, q.bits);
+            if (q.bits == 8u) { qat_put(q.code + e / 4u, bits); } else { qat_wh[j] = bits; }
+            if (q.values != 0u) { qat_store_values(q, e, code, vec4<f32>(qat_ws[c])); }
+        }
+        qat_next(q, &pos);
+    }
+    workgroupBarrier();
+    let per = select(2u, 1u, q.bits == 8u);
+    for (var m = lid; per == 2u && m < QAT_HALVES / 2u && 2u * m < nv; m = m + WG) {  // (int4 words)
+        let hi = select(0u, qat_wh[2u * m + 1u], 2u * m + 1u < nv);
+        qat_put(q.code + (blk.w + 8u * m) / 8u, qat_wh[2u * m] | (hi << 16u));
+    }
+    qat_words(q, c0, blk, lid, QAT_HALVES / per, rows);
 }
 
 @compute @workgroup_size(WG)

@@ -1,13 +1,16 @@
 """The faster variants of the QAT kernels (issue 28's performance targets) give the first versions' bits: the
 vectorised standalone fake-quant kernels (``rlx_gpu.addons.qat.kernels.FAST``) against the first entries, per
 tensor, per channel (channel runs shorter than, equal to, and across vec4s and the threads' strides) and fp8, over
-extreme values and sizes that end inside a block and inside a vec4."""
+extreme values and sizes that end inside a block and inside a vec4; the fused export from kept registers
+(``Optimizer.QAT_KEEP``) against reading the run back."""
 import numpy as np
 import pytest
 
 import rlx_gpu
-from rlx_gpu.addons.qat import kernels as K
 from rlx_gpu import qat
+from rlx_gpu.addons.qat import kernels as K
+
+from test_qat_export import BF16, ROWS, check, grads, same, snapshot
 
 pytest.importorskip("torch")
 
@@ -63,3 +66,26 @@ def test_per_channel(both, shape, axis):
     dev = rlx_gpu.get_device()
     old, new = both(lambda: qat.fake_quantize_per_channel_affine(x, scale, zp, axis, -128, 127, device=dev))
     assert (old == new).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,kw", [(np.float32, {}), (BF16, {}), (BF16, {"master_weights": True})],
+                         ids=["float32", "bfloat16", "bfloat16-master"])
+def test_the_fused_exports_variants_agree(device, dtype, kw):
+    """The update pass's export from the weights its threads kept (QAT_KEEP = 1: every run longer than a vec4 a
+    thread takes the read-back loop for the rest; 4: the default) against reading the run back (QAT_KEEP = 0), bit
+    for bit, over test_qat_export's rows (int8 and int4, per channel and per tensor, float32 and bfloat16 values)."""
+    rng = np.random.default_rng(9)
+    p = {n: (rng.standard_normal(s) * rng.uniform(0.01, 3)).astype(np.float32).astype(dtype)
+         for n, (s, _) in ROWS.items()}
+    spec = {n: v for n, (_, v) in ROWS.items()}
+    opts = {k: type("AdamW", (rlx_gpu.AdamW,), {"QAT_KEEP": k})(p, lr=1e-2, qat=spec, device=device, **kw)
+            for k in (0, 1, 4)}
+    for _ in range(3):
+        g = grads(rng, p, None, dtype)
+        for o in opts.values():
+            o.step(g)
+        want = snapshot(opts[0])
+        for k in (1, 4):
+            assert same(snapshot(opts[k]), want), k
+        check(opts[4])
