@@ -300,3 +300,60 @@ fn qat_encode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
         qat_put(q.code + e * q.bits / 32u, word);
     }
 }
+
+// qat_encode's variant (Optimizer.QAT_ENCODE = "cached"): the block's channels' scales and reciprocals read once
+// into workgroup memory (a block over at most QAT_SLOTS channels; a longer one reads them per vec4 as qat_encode),
+// not two atomic loads per vec4.
+fn qat_cached_scales(q: QatEntry, p: QatPos, off: u32, c0: u32) -> array<vec4<f32>, 2> {
+    if (!q.per_channel || p.r + off + 3u < q.L) {
+        let c = select(0u, p.c - c0, q.per_channel);
+        return array<vec4<f32>, 2>(vec4<f32>(qat_ws[c]), vec4<f32>(qat_wi[c]));
+    }
+    var s: vec4<f32>;
+    var inv: vec4<f32>;
+    for (var l = 0u; l < 4u; l++) {
+        let cl = qat_lane(q, p, off, l) - c0;
+        s[l] = qat_ws[cl];
+        inv[l] = qat_wi[cl];
+    }
+    return array<vec4<f32>, 2>(s, inv);
+}
+@compute @workgroup_size(WG)
+fn qat_encode_cached(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let blk = block_of(wid, nwg);
+    let live = blk.x != NONE;
+    let q = qat_entry(select(0u, blk.x, live), live);
+    let on = q.on && !q.fused;
+    let r = rec(select(0u, blk.x, live));
+    let first = elem0(blk, r, blk.y);
+    let n = select(1u, min(blk.z - 4u * blk.y, WG * EPT * 4u), on);  // (the block's elements)
+    let c0 = qat_first_channel(q, first);
+    let nc = qat_first_channel(q, first + n - 1u) - c0 + 1u;
+    let cached = on && nc <= QAT_SLOTS;
+    if (cached && lid < nc) {
+        qat_ws[lid] = bitcast<f32>(qat_w(q.scale + c0 + lid));
+        qat_wi[lid] = bitcast<f32>(qat_w(q.inv + c0 + lid));
+    }
+    workgroupBarrier();
+    if (!on) { return; }
+    let per = select(2u, 1u, q.bits == 8u);  // vec4s per thread and word
+    var pos = qat_pos(q, elem0(blk, r, blk.y + per * lid), 4u * per * WG);
+    for (var k = 0u; k < EPT / per; k++) {
+        let i0 = blk.y + per * (k * WG + lid);
+        if (4u * i0 >= blk.z) { return; }
+        let e = elem0(blk, r, i0);
+        let p = pos;
+        qat_next(q, &pos);
+        var word = 0u;
+        for (var j = 0u; j < per; j++) {
+            let i = i0 + j;
+            var sc: array<vec4<f32>, 2>;
+            if (cached) { sc = qat_cached_scales(q, p, 4u * j, c0); } else { sc = qat_lane_scales(q, p, 4u * j); }
+            let c = qat_code4(q, qat_load(i), tail(i, blk.z), sc[1]);
+            word = word | (qat_pack(c, q.bits) << (16u * j));
+            if (q.values != 0u && 4u * i < blk.z) { qat_store_values(q, e + 4u * j, c, sc[0]); }
+        }
+        qat_put(q.code + e * q.bits / 32u, word);
+    }
+}

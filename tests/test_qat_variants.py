@@ -89,3 +89,25 @@ def test_the_fused_exports_variants_agree(device, dtype, kw):
         for k in (1, 4):
             assert same(snapshot(opts[k]), want), k
         check(opts[4])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["float32", "bfloat16"])
+def test_the_second_pass_variants_agree(device, dtype):
+    """The second pass's code kernel with the block's scales in workgroup memory (QAT_ENCODE = "cached") against
+    two atomic loads per vec4 ("atomic"), every copy through the second pass (QAT_FUSE off), bit for bit; the
+    shapes include blocks over more channels than the workgroup keeps (rows of 8 and 32)."""
+    rng = np.random.default_rng(11)
+    p = {n: (rng.standard_normal(s) * rng.uniform(0.01, 3)).astype(np.float32).astype(dtype)
+         for n, (s, _) in ROWS.items()}
+    spec = {n: v for n, (_, v) in ROWS.items()}
+    opts = {e: type("AdamW", (rlx_gpu.AdamW,), {"QAT_FUSE": False, "QAT_ENCODE": e})(p, lr=1e-2, qat=spec,
+                                                                                      device=device)
+            for e in ("atomic", "cached")}
+    assert same(snapshot(opts["atomic"]), snapshot(opts["cached"]))  # (the refresh at construction)
+    for _ in range(3):
+        g = grads(rng, p, None, dtype)
+        for o in opts.values():
+            o.step(g)
+        assert same(snapshot(opts["atomic"]), snapshot(opts["cached"]))
+        check(opts["cached"])

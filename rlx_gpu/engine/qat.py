@@ -134,6 +134,9 @@ class QatMixin:
     #: (``qat_end_kept``: a run of at most ``4 * WG * N`` elements is not read back). The same bits either way
     #: (benchmarks/qat_bench.py compares them).
     QAT_KEEP = 4
+    #: The second pass's code kernel: "cached" reads a block's scales once into workgroup memory
+    #: (``qat_encode_cached``), "atomic" two atomic loads per vec4 (``qat_encode``, the first). The same bits.
+    QAT_ENCODE = "cached"
 
     def _init_qat(self) -> None:
         name = type(self).__name__
@@ -213,8 +216,8 @@ class QatMixin:
         if not (refresh or self._qat_second):
             return out  # (the update pass exported every tensor)
         out.append((self._kernel(b0, "qat_rescale"), self._bind("qat_rescale", b0, 0), len(self.qat)))
-        out += [(self._kernel(b, "qat_encode"), self._bind("qat_encode", b, c), len(blk))
-                for b in mine for c, blk in enumerate(b.layout.blocks)]
+        enc = {"cached": "qat_encode_cached", "atomic": "qat_encode"}[self.QAT_ENCODE]
+        out += [(self._kernel(b, enc), self._bind(enc, b, c), len(blk)) for b in mine for c, blk in enumerate(b.layout.blocks)]
         return out
 
     @locked
