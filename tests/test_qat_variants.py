@@ -51,7 +51,7 @@ def test_per_tensor_and_fp8(both, n):
     assert (old == new).all()
     for fmt in ("e4m3fn", "e5m2"):
         for sat in (True, False):
-            old, new = both(lambda: qat.fake_quantize_fp8(x, fmt, sat, device=dev))
+            old, new = both(lambda fmt=fmt, sat=sat: qat.fake_quantize_fp8(x, fmt, sat, device=dev))
             assert (old == new).all(), (fmt, sat)
 
 
