@@ -125,6 +125,12 @@ fn qat_end(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) {
 // The workgroup's maxima published, and for a fused run its scales (its rows; 0 for another tensor's run), after
 // barriers that let every thread read the scales and the run's stored weights.
 fn qat_scales(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) -> u32 {
+    let rows = qat_scale_rows(q, c0, blk, lid, run);
+    storageBarrier();  // (the run's weights, stored by every thread, seen by every thread)
+    workgroupBarrier();
+    return rows;
+}
+fn qat_scale_rows(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) -> u32 {
     qat_flush(q, c0, run);
     workgroupBarrier();
     qat_publish(q, c0, lid);
@@ -135,8 +141,6 @@ fn qat_scales(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) ->
         qat_wi[lid] = fq_div(1.0, s);
         qat_put(q.scale + c0 + lid, bitcast<u32>(s));
     }
-    storageBarrier();  // (the run's weights, stored by every thread, seen by every thread)
-    workgroupBarrier();
     return rows;
 }
 // A fused run's code words from word j0 on (and their values), its weights read back.
@@ -164,13 +168,17 @@ fn qat_words(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, j0: u32, rows: u32)
     }
 }
 // qat_end's variant for Optimizer.QAT_KEEP: each thread kept the stored weights of its vec4s k * WG + lid of the
-// run (k < QAT_KEPT) and quantizes them itself, without reading them back (the rest of a longer run: qat_words).
+// run (k < QAT_KEPT) and quantizes them itself, without reading them back (the rest of a longer run: qat_words,
+// after a storage barrier; there is none for a run the kept vec4s cover).
 // An int8 code word is one vec4; an int4 word is two, vec4s 2m and 2m + 1, whose 16-bit halves meet in qat_wh.
 var<workgroup> qat_wh: array<u32, QAT_HALVES>;
+var<workgroup> qat_back: u32;  // (1: the run is read back past its kept vec4s)
 fn qat_end_kept(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>,
                 qv: ptr<function, array<vec4<f32>, QAT_KEPT>>) {
-    let rows = qat_scales(q, c0, blk, lid, run);
+    let rows = qat_scale_rows(q, c0, blk, lid, run);
     let nv = select(0u, (blk.z - 4u * blk.y + 3u) / 4u, rows != 0u);  // (the run's vec4s)
+    if (lid == 0u) { qat_back = u32(nv > QAT_HALVES); }
+    if (workgroupUniformLoad(&qat_back) != 0u) { storageBarrier(); }  // (only a run longer than the kept vec4s)
     var pos = qat_pos(q, blk.w + 4u * lid, 4u * WG);
     for (var k = 0u; k < QAT_KEPT; k++) {
         let j = k * WG + lid;
