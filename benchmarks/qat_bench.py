@@ -71,10 +71,11 @@ def encode_only(dev, opt):
     return run
 
 
-def fq_kernel(dev, n, entry, flags, channels=1):
-    """A function recording one dispatch of a standalone fake-quant kernel over n float32 elements."""
-    x = operand("bench", "x", np.random.default_rng(1).standard_normal(n).astype(np.float32), dev)
-    y = dev.buffer(4 * n, "bench.y")
+def fq_kernel(dev, xy, entry, flags, channels=1):
+    """A function recording one dispatch of a standalone fake-quant kernel from ``xy[0]`` (an Operand of n float32
+    elements) into ``xy[1]``."""
+    x, y = xy
+    n = x.n
     qp = QParams.upload(dev, np.full(channels, 0.02, np.float32), np.zeros(channels, np.int64))
     args = dev.buffer(64, "bench.args", data=args_words(n, channels, n // channels, flags, -128, 127))
 
@@ -120,10 +121,12 @@ def kernels(dev, n, errors) -> dict:
     rows = {"fq_per_tensor": ("fq_affine", 0, 1), "fq_per_channel": ("fq_affine", PER_CHANNEL, 4096),
             "fq_fp8_e4m3fn": ("fq_fp8", SATURATE, 1), "fq_fp8_e5m2": ("fq_fp8", E5M2 | SATURATE, 1)}
     out = {}
+    xy = (operand("bench", "x", np.random.default_rng(1).standard_normal(n).astype(np.float32), dev),
+          dev.buffer(4 * n, "bench.y"))
     for k, (entry, flags, ch) in rows.items():
         for v, e in (("first", entry), ("vec", entry + "_v")):
             row = f"{k}[{v}]"
-            f = attempt(errors, row, lambda e=e, flags=flags, ch=ch: fq_kernel(dev, n, e, flags, ch))
+            f = attempt(errors, row, lambda e=e, flags=flags, ch=ch: fq_kernel(dev, xy, e, flags, ch))
             if f is not None:
                 attempt(errors, row, f)  # (compiled and run once)
                 if row not in errors:
