@@ -21,6 +21,7 @@ go on. One command, ~2 minutes on the H200:
 (``--set gpt2:LAYERS,WIDTH``: GPT-2's shapes with fewer layers or a smaller width, for a CPU adapter.)
 """
 import argparse
+import time
 import traceback
 
 import numpy as np
@@ -38,6 +39,7 @@ EXPORTS = {"int8_channel_fused": ("int8/channel", True, ("first", "new")),
            "int8_channel_second_pass": ("int8/channel", False, ("first", "cached", "new")),
            "int8_tensor_second_pass": ("int8", False, ("first", "cached", "new"))}
 TARGET = {True: 0.10, False: 0.25}
+T0 = time.perf_counter()
 
 
 def adamw(dev, data, spec, switches=None, fuse=True):
@@ -114,6 +116,8 @@ def build(dev, shapes, errors):
                 opts[row] = opt
                 fused[row] = sum(c.fused for c in opt.qat.values())
                 exact[row] = attempt(errors, row + ":check", lambda o=opt: all(matches(o, n) for n in checked))
+                print(f"built {row} at {time.perf_counter() - T0:.0f} s: copies equal the twin's: {exact[row]}",
+                      flush=True)
     return opts, exact, fused, len(mats)
 
 
@@ -158,6 +162,7 @@ def main():
         figures[k + "_GBps"] = lambda f=f: 8 * n / timer.calibrated(f, args.repeats)[0] / 1e9
     figures["copy_GBps"] = lambda: copy_bandwidth(dev, timer, 4 * n, args.repeats)["wgsl_copy_wg256_ept4"]
     safe = {k: (lambda f=f, k=k: attempt(errors, k + ":timing", f) or float("nan")) for k, f in figures.items()}
+    print(f"timing {len(safe)} figures from {time.perf_counter() - T0:.0f} s", flush=True)
     med, every = alternating(safe, args.rounds)
     base = med["adamw"]
     steps = [k for k in opts if k != "adamw"]
