@@ -5,9 +5,10 @@
 // global atomicMax per channel and workgroup). For a fused tensor the workgroup has seen whole channels: after a
 // barrier it makes their scales, torch.ao's symmetric max(amax / ((qmax - qmin) / 2), eps), and writes the codes
 // (int8: four per word, int4: eight, low bits first) and, if asked, the fake-quantized values (float32 or
-// bfloat16) itself. For the other tensors qat_rescale turns the global amax into scales (and their exact
-// reciprocals) and qat_encode writes the codes and values, after the update in the same submission (the second
-// pass). qat_amax does the first part without an update (a copy of weights written from the host; then every
+// bfloat16) itself (qat_end reads the run back; qat_end_kept, Optimizer.QAT_KEEP, from the vec4s each thread
+// kept). For the other tensors qat_rescale turns the global amax into scales (and their exact reciprocals) and
+// qat_encode (or qat_encode_cached, Optimizer.QAT_ENCODE) writes the codes and values, after the update in the
+// same submission (the second pass). qat_amax does the first part without an update (a copy of weights written from the host; then every
 // tensor takes the second pass). The twin is rlx_gpu/reference/qat.py's export_copy. One binding holds it all
 // (WebGPU's default limit is 8 storage buffers per stage, and AdamW's update already binds 7):
 //   qat words: [0] tensors, [1] K exported tensors, [2] ENT, [3] AMAX, [4] INV, [5] eps (f32 bits), [6] 1 = every

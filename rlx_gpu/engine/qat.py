@@ -9,7 +9,8 @@ workgroup per exported tensor) makes the scales and ``qat_encode`` (a workgroup 
 (the *second pass*). All of it is gated with the step (a skipped step leaves every copy untouched) and runs only
 for tensors with a grad this step. Weights written from the host (construction, ``write_params``,
 ``load_state_dict``, ``restore``) are exported by ``qat_amax`` and the second pass instead of the update.
-``opt.qat[name]`` is a :class:`QuantizedCopy`.
+``opt.qat[name]`` is a :class:`QuantizedCopy`. How the fused export and the second pass read the weights and
+scales are class switches (``QAT_KEEP``, ``QAT_ENCODE``; the same bits either way).
 """
 from __future__ import annotations
 
