@@ -5,9 +5,10 @@
 // global atomicMax per channel and workgroup). For a fused tensor the workgroup has seen whole channels: after a
 // barrier it makes their scales, torch.ao's symmetric max(amax / ((qmax - qmin) / 2), eps), and writes the codes
 // (int8: four per word, int4: eight, low bits first) and, if asked, the fake-quantized values (float32 or
-// bfloat16) itself. For the other tensors qat_rescale turns the global amax into scales (and their exact
-// reciprocals) and qat_encode writes the codes and values, after the update in the same submission (the second
-// pass). qat_amax does the first part without an update (a copy of weights written from the host; then every
+// bfloat16) itself (qat_end reads the run back; qat_end_kept, Optimizer.QAT_KEEP, from the vec4s each thread
+// kept). For the other tensors qat_rescale turns the global amax into scales (and their exact reciprocals) and
+// qat_encode (or qat_encode_cached, Optimizer.QAT_ENCODE) writes the codes and values, after the update in the
+// same submission (the second pass). qat_amax does the first part without an update (a copy of weights written from the host; then every
 // tensor takes the second pass). The twin is rlx_gpu/reference/qat.py's export_copy. One binding holds it all
 // (WebGPU's default limit is 8 storage buffers per stage, and AdamW's update already binds 7):
 //   qat words: [0] tensors, [1] K exported tensors, [2] ENT, [3] AMAX, [4] INV, [5] eps (f32 bits), [6] 1 = every
@@ -120,6 +121,17 @@ fn qat_scale_of(q: QatEntry, amax: f32) -> f32 {
 // After the loop (uniform control flow): the workgroup's channel maxima into the global amax, or for a fused
 // tensor its run's scales, codes and values.
 fn qat_end(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) {
+    qat_words(q, c0, blk, lid, 0u, qat_scales(q, c0, blk, lid, run));
+}
+// The workgroup's maxima published, and for a fused run its scales (its rows; 0 for another tensor's run), after
+// barriers that let every thread read the scales and the run's stored weights.
+fn qat_scales(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) -> u32 {
+    let rows = qat_scale_rows(q, c0, blk, lid, run);
+    storageBarrier();  // (the run's weights, stored by every thread, seen by every thread)
+    workgroupBarrier();
+    return rows;
+}
+fn qat_scale_rows(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) -> u32 {
     qat_flush(q, c0, run);
     workgroupBarrier();
     qat_publish(q, c0, lid);
@@ -130,13 +142,15 @@ fn qat_end(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) {
         qat_wi[lid] = fq_div(1.0, s);
         qat_put(q.scale + c0 + lid, bitcast<u32>(s));
     }
-    storageBarrier();  // (the run's weights, stored by every thread, seen by every thread)
-    workgroupBarrier();
+    return rows;
+}
+// A fused run's code words from word j0 on (and their values), its weights read back.
+fn qat_words(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, j0: u32, rows: u32) {
     if (rows == 0u) { return; }
     let per = select(2u, 1u, q.bits == 8u);  // vec4s per code word
     let nw = (blk.z - 4u * blk.y + 4u * per - 1u) / (4u * per);
-    var pos = qat_pos(q, blk.w + 4u * per * lid, 4u * per * WG);
-    for (var j = lid; j < nw; j = j + WG) {
+    var pos = qat_pos(q, blk.w + 4u * per * (j0 + lid), 4u * per * WG);
+    for (var j = j0 + lid; j < nw; j = j + WG) {
         let i0 = blk.y + per * j;
         let e0 = blk.w + 4u * per * j;
         let c = select(0u, pos.c - c0, q.per_channel);  // (a fused run's code words lie in one channel each)
@@ -153,6 +167,40 @@ fn qat_end(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) {
         }
         qat_put(q.code + e0 * q.bits / 32u, word);
     }
+}
+// qat_end's variant for Optimizer.QAT_KEEP: each thread kept the stored weights of its vec4s k * WG + lid of the
+// run (k < QAT_KEPT) and quantizes them itself, without reading them back (the rest of a longer run: qat_words,
+// after a storage barrier; there is none for a run the kept vec4s cover).
+// An int8 code word is one vec4; an int4 word is two, vec4s 2m and 2m + 1, whose 16-bit halves meet in qat_wh.
+var<workgroup> qat_wh: array<u32, QAT_HALVES>;
+var<workgroup> qat_back: u32;  // (1: the run is read back past its kept vec4s)
+fn qat_end_kept(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>,
+                qv: ptr<function, array<vec4<f32>, QAT_KEPT>>) {
+    let rows = qat_scale_rows(q, c0, blk, lid, run);
+    let nv = select(0u, (blk.z - 4u * blk.y + 3u) / 4u, rows != 0u);  // (the run's vec4s)
+    if (lid == 0u) { qat_back = u32(nv > QAT_HALVES); }
+    if (workgroupUniformLoad(&qat_back) != 0u) { storageBarrier(); }  // (only a run longer than the kept vec4s)
+    var pos = qat_pos(q, blk.w + 4u * lid, 4u * WG);
+    for (var k = 0u; k < QAT_KEPT; k++) {
+        let j = k * WG + lid;
+        if (j < nv) {
+            let i = blk.y + j;
+            let e = blk.w + 4u * j;
+            let c = select(0u, pos.c - c0, q.per_channel);
+            let code = qat_code4(q, (*qv)[k], tail(i, blk.z), vec4<f32>(qat_wi[c]));
+            let bits = qat_pack(code, q.bits);
+            if (q.bits == 8u) { qat_put(q.code + e / 4u, bits); } else { qat_wh[j] = bits; }
+            if (q.values != 0u) { qat_store_values(q, e, code, vec4<f32>(qat_ws[c])); }
+        }
+        qat_next(q, &pos);
+    }
+    workgroupBarrier();
+    let per = select(2u, 1u, q.bits == 8u);
+    for (var m = lid; per == 2u && m < QAT_HALVES / 2u && 2u * m < nv; m = m + WG) {  // (int4 words)
+        let hi = select(0u, qat_wh[2u * m + 1u], 2u * m + 1u < nv);
+        qat_put(q.code + (blk.w + 8u * m) / 8u, qat_wh[2u * m] | (hi << 16u));
+    }
+    qat_words(q, c0, blk, lid, QAT_HALVES / per, rows);
 }
 
 @compute @workgroup_size(WG)
@@ -254,6 +302,63 @@ fn qat_encode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
         for (var j = 0u; j < per; j++) {
             let i = i0 + j;
             let sc = qat_lane_scales(q, p, 4u * j);
+            let c = qat_code4(q, qat_load(i), tail(i, blk.z), sc[1]);
+            word = word | (qat_pack(c, q.bits) << (16u * j));
+            if (q.values != 0u && 4u * i < blk.z) { qat_store_values(q, e + 4u * j, c, sc[0]); }
+        }
+        qat_put(q.code + e * q.bits / 32u, word);
+    }
+}
+
+// qat_encode's variant (Optimizer.QAT_ENCODE = "cached"): the block's channels' scales and reciprocals read once
+// into workgroup memory (a block over at most QAT_SLOTS channels; a longer one reads them per vec4 as qat_encode),
+// not two atomic loads per vec4.
+fn qat_cached_scales(q: QatEntry, p: QatPos, off: u32, c0: u32) -> array<vec4<f32>, 2> {
+    if (!q.per_channel || p.r + off + 3u < q.L) {
+        let c = select(0u, p.c - c0, q.per_channel);
+        return array<vec4<f32>, 2>(vec4<f32>(qat_ws[c]), vec4<f32>(qat_wi[c]));
+    }
+    var s: vec4<f32>;
+    var inv: vec4<f32>;
+    for (var l = 0u; l < 4u; l++) {
+        let cl = qat_lane(q, p, off, l) - c0;
+        s[l] = qat_ws[cl];
+        inv[l] = qat_wi[cl];
+    }
+    return array<vec4<f32>, 2>(s, inv);
+}
+@compute @workgroup_size(WG)
+fn qat_encode_cached(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let blk = block_of(wid, nwg);
+    let live = blk.x != NONE;
+    let q = qat_entry(select(0u, blk.x, live), live);
+    let on = q.on && !q.fused;
+    let r = rec(select(0u, blk.x, live));
+    let first = elem0(blk, r, blk.y);
+    let n = select(1u, min(blk.z - 4u * blk.y, WG * EPT * 4u), on);  // (the block's elements)
+    let c0 = qat_first_channel(q, first);
+    let nc = qat_first_channel(q, first + n - 1u) - c0 + 1u;
+    let cached = on && nc <= QAT_SLOTS;
+    if (cached && lid < nc) {
+        qat_ws[lid] = bitcast<f32>(qat_w(q.scale + c0 + lid));
+        qat_wi[lid] = bitcast<f32>(qat_w(q.inv + c0 + lid));
+    }
+    workgroupBarrier();
+    if (!on) { return; }
+    let per = select(2u, 1u, q.bits == 8u);  // vec4s per thread and word
+    var pos = qat_pos(q, elem0(blk, r, blk.y + per * lid), 4u * per * WG);
+    for (var k = 0u; k < EPT / per; k++) {
+        let i0 = blk.y + per * (k * WG + lid);
+        if (4u * i0 >= blk.z) { return; }
+        let e = elem0(blk, r, i0);
+        let p = pos;
+        qat_next(q, &pos);
+        var word = 0u;
+        for (var j = 0u; j < per; j++) {
+            let i = i0 + j;
+            var sc: array<vec4<f32>, 2>;
+            if (cached) { sc = qat_cached_scales(q, p, 4u * j, c0); } else { sc = qat_lane_scales(q, p, 4u * j); }
             let c = qat_code4(q, qat_load(i), tail(i, blk.z), sc[1]);
             word = word | (qat_pack(c, q.bits) << (16u * j));
             if (q.values != 0u && 4u * i < blk.z) { qat_store_values(q, e + 4u * j, c, sc[0]); }

@@ -67,6 +67,79 @@ fn fq_fp8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     }
 }
 
+// -- the same two kernels, vectorised (kernels.py's FAST picks them; the same bits) ------------------------------
+// A thread of a block wholly inside the tensor loads its four vec4s before it computes (four loads in flight, as
+// the copy kernel has), and each vec4's channel comes from stepping the thread's position, not from two integer
+// divisions per element (chan(e)): (c, r) with element e = q * inner + r and c = q % channels.
+struct Chan { c: u32, r: u32 }
+fn chan_at(e: u32) -> Chan { let q = e / args.inner; return Chan(q % args.channels, e - q * args.inner); }
+fn chan_step(p: Chan, d: Chan) -> Chan {  // (d: chan_at of the stride)
+    var c = p.c + d.c;
+    var r = p.r + d.r;
+    if (r >= args.inner) { r -= args.inner; c += 1u; }
+    if (c >= args.channels) { c -= args.channels; }
+    return Chan(c, r);
+}
+// The vec4 of elements e .. e + 3 at position p through the affine fake quantizer (one channel's parameters where
+// the four lanes share it, else fq1's per lane).
+fn fq4(v: vec4<f32>, e: u32, p: Chan) -> vec4<f32> {
+    if (p.r + 3u >= args.inner) { return vec4<f32>(fq1(v.x, e), fq1(v.y, e + 1u), fq1(v.z, e + 2u), fq1(v.w, e + 3u)); }
+    let s = qp[p.c];
+    let lo = args.qmin;
+    let hi = args.qmax;
+    let pc = flag(PER_CHANNEL);
+    return vec4<f32>(fake_quant(v.x, s.x, s.y, s.z, lo, hi, pc), fake_quant(v.y, s.x, s.y, s.z, lo, hi, pc),
+                     fake_quant(v.z, s.x, s.y, s.z, lo, hi, pc), fake_quant(v.w, s.x, s.y, s.z, lo, hi, pc));
+}
+fn fp8_4(v: vec4<f32>, e5: bool, sat: bool) -> vec4<f32> {
+    return vec4<f32>(fake_quant_fp8(v.x, e5, sat), fake_quant_fp8(v.y, e5, sat), fake_quant_fp8(v.z, e5, sat),
+                     fake_quant_fp8(v.w, e5, sat));
+}
+// Whether the workgroup's block lies wholly inside the tensor (its threads then load before they compute).
+fn whole_block(wid: vec3<u32>, nwg: vec3<u32>) -> bool {
+    return EPT == 4u && 4u * (base(wid, nwg, 0u) + WG * EPT) <= n_elems();
+}
+@compute @workgroup_size(WG)
+fn fq_affine_v(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let i0 = base(wid, nwg, lid);
+    let d = chan_at(4u * WG);
+    var p = chan_at(4u * i0);
+    if (whole_block(wid, nwg)) {
+        var v: array<vec4<f32>, 4>;
+        for (var k = 0u; k < 4u; k++) { v[k] = xin[i0 + k * WG]; }
+        for (var k = 0u; k < 4u; k++) {
+            yout[i0 + k * WG] = fq4(v[k], 4u * (i0 + k * WG), p);
+            p = chan_step(p, d);
+        }
+        return;
+    }
+    for (var k = 0u; k < EPT; k++) {
+        let i = i0 + k * WG;
+        if (4u * i >= n_elems()) { return; }
+        yout[i] = fq4(xin[i], 4u * i, p);
+        p = chan_step(p, d);
+    }
+}
+@compute @workgroup_size(WG)
+fn fq_fp8_v(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let e5 = flag(E5M2);
+    let sat = flag(SATURATE);
+    let i0 = base(wid, nwg, lid);
+    if (whole_block(wid, nwg)) {
+        var v: array<vec4<f32>, 4>;
+        for (var k = 0u; k < 4u; k++) { v[k] = xin[i0 + k * WG]; }
+        for (var k = 0u; k < 4u; k++) { yout[i0 + k * WG] = fp8_4(v[k], e5, sat); }
+        return;
+    }
+    for (var k = 0u; k < EPT; k++) {
+        let i = i0 + k * WG;
+        if (4u * i >= n_elems()) { return; }
+        yout[i] = fp8_4(xin[i], e5, sat);
+    }
+}
+
 // dx = dy * mask (affine) or dy where fp8_mask (flags E5M2/SATURATE with qmin > qmax marking fp8)
 @compute @workgroup_size(WG)
 fn ste(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -178,7 +178,7 @@ def optimizer_text(opt, sig: Signature, present=None, emit: Emit = PLAIN) -> Tex
     t.gen(_round_state(sig))
     t.file(opt.shader, idx)
     if sig.qat:
-        t.gen(qat_load(sig))
+        t.gen(qat_load(sig, getattr(opt, "QAT_KEEP", 0), opt.WG))
         t.file("qat_export.wgsl", idx)
     if quantized:
         nw = max(len([s for s in p.writes if s in present]) for p in passes if p.kind == "elementwise")
@@ -187,7 +187,7 @@ def optimizer_text(opt, sig: Signature, present=None, emit: Emit = PLAIN) -> Tex
         if p.kind == "elementwise" and quantized:
             t.gen(q_elementwise(p, present, quantized, sig.qbits, opt.EPT, emit))
         elif p.kind == "elementwise":
-            qat = driver_lines() if sig.qat and p.param == "rw" else None
+            qat = driver_lines(getattr(opt, "QAT_KEEP", 0)) if sig.qat and p.param == "rw" else None
             t.gen(elementwise(p, present, PLAIN if qat else emit, qat))
         elif p.kind == "per_tensor":
             t.gen(per_tensor(p, emit))

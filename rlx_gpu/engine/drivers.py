@@ -194,6 +194,8 @@ def elementwise(p, present, emit: Emit = PLAIN, qat: dict | None = None) -> str:
         L += ["    " + ln for ln in loop(True)] + ["    } else {"] + ["    " + ln for ln in loop(False)] + ["    }"]
     else:
         L += loop(False)
+    if "rest" in qd:  # (the export's loop over the rest of a long run)
+        L += _loop(p, reads, writes, H, uniform, False, {**qd, **qd["rest"]})
     L += qd.get("after", [])
     if red:
         dest = {"x": "partials[blk.w].x = total.x;", "y": "partials[blk.w].y = total.y;",
@@ -224,8 +226,7 @@ def _loop(p, reads, writes, H: int, uniform: bool, full: bool, qd: dict) -> list
         terms = " + ".join(f"vec2<f32>(dot({masked(out(k) + '.sum_a', H, k)}, vec4<f32>(1.0)), "
                            f"dot({masked(out(k) + '.sum_b', H, k)}, vec4<f32>(1.0)))" for k in range(H))
         L.append(f"        acc = acc + {terms};")
-    if uniform and "loop" not in qd:
-        L.append("        }")
+    L += qd.get("close", ["        }"] if uniform else [])
     return L + ["    }"]
 
 

@@ -9,7 +9,8 @@ workgroup per exported tensor) makes the scales and ``qat_encode`` (a workgroup 
 (the *second pass*). All of it is gated with the step (a skipped step leaves every copy untouched) and runs only
 for tensors with a grad this step. Weights written from the host (construction, ``write_params``,
 ``load_state_dict``, ``restore``) are exported by ``qat_amax`` and the second pass instead of the update.
-``opt.qat[name]`` is a :class:`QuantizedCopy`.
+``opt.qat[name]`` is a :class:`QuantizedCopy`. How the fused export and the second pass read the weights and
+scales are class switches (``QAT_KEEP``, ``QAT_ENCODE``; the same bits either way).
 """
 from __future__ import annotations
 
@@ -29,27 +30,44 @@ def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def qat_load(sig) -> str:
+def qat_load(sig, keep: int = 0, wg: int = 256) -> str:
     """``qat_load(i)``: the stored weights the copy is made of (the float32 master copy where there is one);
-    ``qat_stored(v, i)``: the same just after the update stored ``v`` (``v`` itself where it is stored exactly)."""
+    ``qat_stored(v, i)``: the same just after the update stored ``v`` (``v`` itself where it is stored exactly);
+    ``QAT_KEPT``/``QAT_HALVES``: the vec4s a thread of the update pass keeps (:attr:`QatMixin.QAT_KEEP`) and the
+    workgroup's int4 half-words (``QAT_KEPT * WG``)."""
     exact = sig.master or not sig.param.low
     return (f"fn qat_load(i: u32) -> vec4<f32> {{ return ld_{'master' if sig.master else 'param'}(i); }}\n"
-            f"fn qat_stored(v: vec4<f32>, i: u32) -> vec4<f32> {{ return {'v' if exact else 'qat_load(i)'}; }}")
+            f"fn qat_stored(v: vec4<f32>, i: u32) -> vec4<f32> {{ return {'v' if exact else 'qat_load(i)'}; }}\n"
+            f"const QAT_KEPT: u32 = {max(1, keep)}u;\nconst QAT_HALVES: u32 = {max(1, keep) * wg}u;")
 
 
-def driver_lines() -> dict:
+def driver_lines(keep: int = 0) -> dict:
     """The update driver's variant (:func:`rlx_gpu.engine.drivers.elementwise`): its block (the engine block's run in
     ``qat_runs``), lines before its loop, the loop over the run's vec4s, each vec4's element index, the line after each
-    vec4's store, and the lines after the loop."""
-    return {"block": "qat_run(wid, nwg)",
-            "before": ["    let qe = qat_entry(select(0u, blk.x, live), live);",
-                       "    let qc0 = qat_first_channel(qe, blk.w);", "    var qrun = vec2<u32>(qc0, 0u);",
-                       "    var qpos = qat_pos(qe, blk.w + 4u * lid, 4u * WG);", "    qat_begin(lid);"],
-            "loop": ["    for (var i = blk.y + lid; live && 4u * i < blk.z; i = i + WG) {"],
+    vec4's store, the loop's closing lines and the lines after the loop. ``keep`` (:attr:`QatMixin.QAT_KEEP`): the
+    loop's first ``keep`` vec4s a thread are kept for the fused export (``qat_end_kept``; ``rest``: the loop over a
+    longer run's other vec4s), else it walks the run and the export reads them back (``qat_end``)."""
+    before = ["    let qe = qat_entry(select(0u, blk.x, live), live);",
+              "    let qc0 = qat_first_channel(qe, blk.w);", "    var qrun = vec2<u32>(qc0, 0u);",
+              "    var qpos = qat_pos(qe, blk.w + 4u * lid, 4u * WG);", "    qat_begin(lid);"]
+    note = "qat_note(qe, qc0, qpos, {}, keep, &qrun);"
+    if not keep:
+        return {"block": "qat_run(wid, nwg)", "before": before,
+                "loop": ["    for (var i = blk.y + lid; live && 4u * i < blk.z; i = i + WG) {"],
+                "elem": "blk.w + 4u * (i - blk.y)",
+                "note": ["        " + note.format("qat_stored(select(o.p, zero, keep), i)"),
+                         "        qat_next(qe, &qpos);"], "close": [],
+                "after": ["    qat_end(qe, qc0, blk, lid, qrun);"]}
+    return {"block": "qat_run(wid, nwg)", "before": before + ["    var qv: array<vec4<f32>, QAT_KEPT>;"],
+            "loop": ["    for (var k = 0u; k < QAT_KEPT; k++) {", "        let i = blk.y + k * WG + lid;",
+                     "        if (live && 4u * i < blk.z) {"],
             "elem": "blk.w + 4u * (i - blk.y)",
-            "note": ["        qat_note(qe, qc0, qpos, qat_stored(select(o.p, zero, keep), i), keep, &qrun);",
-                     "        qat_next(qe, &qpos);"],
-            "after": ["    qat_end(qe, qc0, blk, lid, qrun);"]}
+            "note": ["        let qw = qat_stored(select(o.p, zero, keep), i);", "        " + note.format("qw"),
+                     "        qv[k] = qw;", "        qat_next(qe, &qpos);"], "close": ["        }"],
+            "rest": {"loop": ["    for (var i = blk.y + QAT_HALVES + lid; live && 4u * i < blk.z; i = i + WG) {"],
+                     "note": ["        " + note.format("qat_stored(select(o.p, zero, keep), i)"),
+                              "        qat_next(qe, &qpos);"], "close": []},
+            "after": ["    qat_end_kept(qe, qc0, blk, lid, qrun, &qv);"]}
 
 
 class QuantizedCopy:
@@ -112,6 +130,14 @@ class QatMixin:
     #: Export in the update pass the tensors whose channels one workgroup can see whole (engine/qatfuse.py); False
     #: sends every tensor through the second pass (the same bits: what benchmarks/qat_bench.py compares).
     QAT_FUSE = True
+    #: The fused export's variant: 0 reads the run's stored weights back after a storage barrier (``qat_end``); N >
+    #: 0 has each thread of the update pass keep its first N stored vec4s in registers and quantize them itself
+    #: (``qat_end_kept``: a run of at most ``4 * WG * N`` elements is not read back). The same bits either way
+    #: (benchmarks/qat_bench.py compares them).
+    QAT_KEEP = 4
+    #: The second pass's code kernel: "cached" reads a block's scales once into workgroup memory
+    #: (``qat_encode_cached``), "atomic" two atomic loads per vec4 (``qat_encode``, the first). The same bits.
+    QAT_ENCODE = "cached"
 
     def _init_qat(self) -> None:
         name = type(self).__name__
@@ -191,8 +217,8 @@ class QatMixin:
         if not (refresh or self._qat_second):
             return out  # (the update pass exported every tensor)
         out.append((self._kernel(b0, "qat_rescale"), self._bind("qat_rescale", b0, 0), len(self.qat)))
-        out += [(self._kernel(b, "qat_encode"), self._bind("qat_encode", b, c), len(blk))
-                for b in mine for c, blk in enumerate(b.layout.blocks)]
+        enc = {"cached": "qat_encode_cached", "atomic": "qat_encode"}[self.QAT_ENCODE]
+        out += [(self._kernel(b, enc), self._bind(enc, b, c), len(blk)) for b in mine for c, blk in enumerate(b.layout.blocks)]
         return out
 
     @locked

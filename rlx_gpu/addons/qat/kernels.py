@@ -11,13 +11,17 @@ from ...runtime.device import get_device
 from ...runtime.kernels import grid, shipped_kernel
 from ...runtime.params import Params, declare
 
-__all__ = ["QParams", "Operand", "operand", "run", "args_words", "PER_CHANNEL", "E5M2", "SATURATE", "MOVING",
-           "SYMMETRIC"]
+__all__ = ["QParams", "Operand", "operand", "run", "args_words", "variant", "FAST", "PER_CHANNEL", "E5M2",
+           "SATURATE", "MOVING", "SYMMETRIC"]
 
 F32 = np.float32
 PER_CHANNEL, E5M2, SATURATE, MOVING, SYMMETRIC = 1, 2, 4, 8, 16  # (bit 31: NOFUSE in the WGSL, never set)
 WG, EPT = 256, 4
 SHADER = "qat_kernels.wgsl"
+#: Run the fake-quant kernels' vectorised entries (``fq_affine_v``, ``fq_fp8_v``: loads before compute, no integer
+#: division per element; the same bits); False runs the first ones (what ``benchmarks/qat_bench.py`` compares).
+FAST = True
+VECTORISED = {"fq_affine": "fq_affine_v", "fq_fp8": "fq_fp8_v"}
 # The kernels' arguments, read by name in qat_kernels.wgsl (``args.qmin``): the elements, channels, elements per
 # channel run, flags, the quantized range, the LSQ grad factor, the observers' averaging constant, eps and the zero
 # point of a symmetric scheme.
@@ -119,6 +123,12 @@ def groups(n: int) -> int:
     return max(1, -(-n // (4 * WG * EPT)))
 
 
+def variant(entry: str, fast: bool | None = None) -> str:
+    """The entry point that runs ``entry``: its vectorised twin where there is one and ``fast`` (default
+    :data:`FAST`)."""
+    return VECTORISED.get(entry, entry) if (FAST if fast is None else fast) else entry
+
+
 def dispatch(enc, dev, entry: str, n_groups: int, **bufs) -> None:
     """Record one dispatch of ``entry`` with buffers by binding name ((buffer, offset, size) or a buffer)."""
     k = shipped_kernel(dev, SHADER, entry, WG=WG, EPT=EPT)
@@ -149,7 +159,7 @@ def run(who: str, entry: str, x: Operand, words: np.ndarray, qp=None, dy: Operan
     if part is not None:
         bufs["part"] = part
     enc = dev.encoder()
-    dispatch(enc, dev, entry, ng, **bufs)
+    dispatch(enc, dev, variant(entry), ng, **bufs)
     if part is not None:
         dispatch(enc, dev, "lsq_sum", 1, args=dev.buffer(64, "qat.args", data=args_words(ng)), part=part)
     dev.submit(enc)
