@@ -261,7 +261,10 @@ def test_refresh_of_rank_deficient_factors(device):
 # their own displacement, from each run's params after it, 5e-2 (llvmpipe: 3.4e-4 to 1.2e-3; over all 12 steps 1e-2 to
 # 1.6e-2); GG 2e-3 and exp_avg_sq 1e-2 relative to their largest entry (measured 4.4e-4 and 3.6e-3).
 # test_gpu_equals_pytorch_optimizer still compares every step's displacement: 0.15, then 5e-2 after 12 steps.
-F16_TOL = dict.fromkeys(("subgroup-matrix", "emulated", "tiled"), (0.15, 5e-2))
+# gemm16 ("tiled") sums 16 products in f16 before its float32 accumulators: where f16 arithmetic is rounded as f16
+# (the H200 on wgpu-native) the later steps came out 0.055 to 0.061 apart ("a"; llvmpipe computes f16 in f32: 1e-3):
+# 0.1 for that path (fitted to the H200's 0.061 with margin, not derived; a lost projection is 0.19 to 0.36 apart).
+F16_TOL = {**dict.fromkeys(("subgroup-matrix", "emulated"), (0.15, 5e-2)), "tiled": (0.15, 0.1)}
 LAM, WELL, U16 = 3.0, 10.0, 2.0 ** -11
 
 
