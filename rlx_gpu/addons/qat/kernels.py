@@ -19,8 +19,9 @@ PER_CHANNEL, E5M2, SATURATE, MOVING, SYMMETRIC = 1, 2, 4, 8, 16  # (bit 31: NOFU
 WG, EPT = 256, 4
 SHADER = "qat_kernels.wgsl"
 #: Run the fake-quant kernels' vectorised entries (``fq_affine_v``, ``fq_fp8_v``: loads before compute, no integer
-#: division per element; the same bits); False runs the first ones (what ``benchmarks/qat_bench.py`` compares).
-FAST = True
+#: division per element; the same bits); False runs the first ones (what ``benchmarks/qat_bench.py`` compares). Off:
+#: on the H200 the vectorised entries ran slower (0.56-0.60 of copy against 0.64-0.69; PERF_NOTES 57).
+FAST = False
 VECTORISED = {"fq_affine": "fq_affine_v", "fq_fp8": "fq_fp8_v"}
 # The kernels' arguments, read by name in qat_kernels.wgsl (``args.qmin``): the elements, channels, elements per
 # channel run, flags, the quantized range, the LSQ grad factor, the observers' averaging constant, eps and the zero
