@@ -11,11 +11,13 @@
 // same submission (the second pass). qat_amax does the first part without an update (a copy of weights written from the host; then every
 // tensor takes the second pass). The twin is rlx_gpu/reference/qat.py's export_copy. One binding holds it all
 // (WebGPU's default limit is 8 storage buffers per stage, and AdamW's update already binds 7):
-//   qat words: [0] tensors, [1] K exported tensors, [2] ENT, [3] AMAX, [4] INV, [5] eps (f32 bits), [6] 1 = every
-//   exported tensor through the second pass (a refresh from the host), else only those with a grad this step that
-//   are not fused, [7] SCALE; [16 + t] = k + 1 for tensor t's entry k (0: none); entry k at ENT + 8k: tensor,
-//   flags (bit 0 per channel, bit 1 fused, bits 8..15 code bits, bits 16..17 values: 1 float32, 2 bfloat16), row
-//   length L, channels, first channel, first code word, first values word; AMAX + c: |w| bits of channel c;
+//   qat words (declared by name in rlx_gpu/engine/qat.py, QAT_HEAD and QAT_ENTRY; read here through the constants
+//   QH_<field>, QE_<field>, QAT_HEAD_WORDS and QAT_ENTRY_WORDS made from them): the head's tensors, exported (K),
+//   ent (ENT), amax (AMAX), inv (INV), eps, refresh (1 = every exported tensor through the second pass, a refresh
+//   from the host; else only those with a grad this step that are not fused), scale (SCALE); then, for tensor t,
+//   k + 1 for its entry k (0: none); entry k at ENT + QAT_ENTRY_WORDS k: tensor, flags (bit 0 per channel, bit 1
+//   fused, bits 8..15 code bits, bits 16..17 values: 1 float32, 2 bfloat16), row (the row length L), channels,
+//   chan (first channel), code (first code word), vals (first values word); AMAX + c: |w| bits of channel c;
 //   INV + c: 1/scale of channel c; SCALE + c: the scale of channel c (f32 bits); then the codes and the values.
 //   qat_runs[b] for block b of the chunk: (tensor or NONE, first vec4 in the chunk, end element in the chunk
 //   (exclusive), its first element in the tensor).
@@ -38,24 +40,24 @@ fn qat_put(i: u32, v: u32) { atomicStore(&qat[i], v); }
 // Tensor t's entry; `on` false where t has none, or (in a step) no grad. `fused`: exported by the update pass.
 fn qat_entry(t: u32, live: bool) -> QatEntry {
     var q: QatEntry;
-    let k = select(0u, qat_w(16u + t), live && t < qat_w(0u));
-    let refresh = qat_w(6u) == 1u;
+    let k = select(0u, qat_w(QAT_HEAD_WORDS + t), live && t < qat_w(QH_TENSORS));
+    let refresh = qat_w(QH_REFRESH) == 1u;
     q.on = k != 0u && (refresh || has(rec(t), ACTIVE));
-    let b = qat_w(2u) + 8u * (max(k, 1u) - 1u);
-    let f = qat_w(b + 1u);
+    let b = qat_w(QH_ENT) + QAT_ENTRY_WORDS * (max(k, 1u) - 1u);
+    let f = qat_w(b + QE_FLAGS);
     q.per_channel = (f & 1u) != 0u;
     q.fused = (f & 2u) != 0u && !refresh;
     q.bits = (f >> 8u) & 255u;
     q.values = (f >> 16u) & 3u;
-    q.L = max(qat_w(b + 2u), 1u);
-    q.channels = qat_w(b + 3u);
-    let chan = qat_w(b + 4u);
-    q.amax = qat_w(3u) + chan;
-    q.inv = qat_w(4u) + chan;
-    q.scale = qat_w(7u) + chan;
-    q.eps = bitcast<f32>(qat_w(5u));
-    q.code = qat_w(b + 5u);
-    q.vals = qat_w(b + 6u);
+    q.L = max(qat_w(b + QE_ROW), 1u);
+    q.channels = qat_w(b + QE_CHANNELS);
+    let chan = qat_w(b + QE_CHAN);
+    q.amax = qat_w(QH_AMAX) + chan;
+    q.inv = qat_w(QH_INV) + chan;
+    q.scale = qat_w(QH_SCALE) + chan;
+    q.eps = bitcast<f32>(qat_w(QH_EPS));
+    q.code = qat_w(b + QE_CODE);
+    q.vals = qat_w(b + QE_VALS);
     return q;
 }
 fn qat_first_channel(q: QatEntry, e: u32) -> u32 { return select(0u, e / q.L, q.per_channel); }
@@ -229,8 +231,8 @@ fn qat_amax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
 fn qat_rescale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let k = wid.x + wid.y * nwg.x;
-    if (k >= qat_w(1u)) { return; }
-    let t = qat_w(qat_w(2u) + 8u * k);
+    if (k >= qat_w(QH_EXPORTED)) { return; }
+    let t = qat_w(qat_w(QH_ENT) + QAT_ENTRY_WORDS * k + QE_TENSOR);
     let q = qat_entry(t, true);
     if (!q.on || q.fused) { return; }
     for (var c = lid; c < q.channels; c = c + WG) {

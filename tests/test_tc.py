@@ -253,7 +253,12 @@ def test_to_f16_then_the_gemm(device):
 
 
 def test_shipped_shaders_read_no_positional_words():
-    """Every shipped kernel reads its parameters by name (runtime/params.py structs): no ``prm[n]`` anywhere."""
+    """Every shipped kernel reads its parameters by name (runtime/params.py structs and declared constants): no
+    ``prm[n]`` anywhere, and the QAT export's atomic words (``qat_w``) through their declared constants only."""
+    import re
+
     from rlx_gpu.runtime.source import shader_dir
     found = [p.name for p in shader_dir().glob("*.wgsl") if "prm[" in p.read_text()]
     assert not found, f"shaders that read positional parameter words: {found}"
+    qat = (shader_dir() / "qat_export.wgsl").read_text()
+    assert not re.findall(r"qat_w\((?:b \+ )?\d+u", qat), "qat_export.wgsl reads a word by its number"

@@ -180,6 +180,7 @@ def optimizer_text(opt, sig: Signature, present=None, emit: Emit = PLAIN) -> Tex
     if sig.qat:
         t.gen(qat_load(sig, getattr(opt, "QAT_KEEP", 0), opt.WG))
         t.file("qat_export.wgsl", idx)
+        t.gen(structs("qat_export.wgsl"))  # (its words' constants: engine/qat.py)
     if quantized:
         nw = max(len([s for s in p.writes if s in present]) for p in passes if p.kind == "elementwise")
         t.gen(q_helpers(states, present, quantized, sig.qbits, nw, opt.EPT, emit.subgroups, emit.qdirect))

@@ -18,11 +18,21 @@ import numpy as np
 
 from ..core.qatspec import parse_qat
 from ..core.sync import locked
+from ..runtime.params import Params, declare
 from .qatfuse import fused_span, run_table
 
 __all__ = ["QatMixin", "QuantizedCopy", "driver_lines", "qat_load"]
 
-HEAD = 16  # words before the per-tensor index
+#: The export buffer's head and each exported tensor's entry, by name (qat_export.wgsl reads the buffer, an
+#: ``array<atomic<u32>>``, as ``qat_w(QH_AMAX)`` and ``qat_w(b + QE_FLAGS)``: constants made from these two
+#: declarations). After the head: the per-tensor index (``k + 1`` for tensor t's entry k, 0 for none).
+QAT_HEAD = Params("QatHead", "tensors", "exported", "ent", "amax", "inv", "eps:f32", "refresh", "scale",
+                  "spare:u32[8]")
+QAT_ENTRY = Params("QatEntryWords", "tensor", "flags", "row", "channels", "chan", "code", "vals", "spare")
+HEAD = QAT_HEAD.words  # words before the per-tensor index
+declare("qat_export.wgsl", QAT_HEAD_WORDS=HEAD, QAT_ENTRY_WORDS=QAT_ENTRY.words,
+        **{f"QH_{n.upper()}": QAT_HEAD.offset(n) // 4 for n in QAT_HEAD.names},
+        **{f"QE_{n.upper()}": QAT_ENTRY.offset(n) // 4 for n in QAT_ENTRY.names})
 ALIGN = 64  # words (256 bytes): every tensor's range of a buffer can be bound on its own
 
 
@@ -180,19 +190,22 @@ class QatMixin:
             at["code"] += _align(-(-size * s.bits // 32))
             at["vals"] += _align(size if s.values == "float32" else -(-size // 2)) if s.values else 0
         ent = _align(HEAD + n)
-        amax = _align(ent + 8 * len(ents))
+        amax = _align(ent + QAT_ENTRY.words * len(ents))
         inv, scale = amax + at["chan"], amax + 2 * at["chan"]
         codes = scale + at["chan"]
         vals = codes + at["code"]
         words = np.zeros(max(vals + at["vals"], 4), np.uint32)
-        words[:8] = [n, len(ents), ent, amax, inv, np.float32(np.finfo(np.float32).eps).view(np.uint32), 0, scale]
+        words[:HEAD] = QAT_HEAD.pack(tensors=n, exported=len(ents), ent=ent, amax=amax, inv=inv,
+                                     eps=np.finfo(np.float32).eps, refresh=0, scale=scale, spare=np.zeros(8))
         copies = {}
         for k, (nm, s, t, shape, channels, size, fused, o) in enumerate(ents):
             flags = int(s.per_channel) | (2 if fused else 0) | (s.bits << 8) | \
                 ({None: 0, "float32": 1, "bfloat16": 2}[s.values] << 16)
             words[HEAD + t] = k + 1
-            words[ent + 8 * k: ent + 8 * k + 8] = (t, flags, max(1, size // max(1, channels)), channels, o["chan"],
-                                                   codes + o["code"], vals + o["vals"], 0)
+            at_k = ent + QAT_ENTRY.words * k
+            words[at_k: at_k + QAT_ENTRY.words] = QAT_ENTRY.pack(
+                tensor=t, flags=flags, row=max(1, size // max(1, channels)), channels=channels, chan=o["chan"],
+                code=codes + o["code"], vals=vals + o["vals"], spare=0)
             copies[nm] = (nm, s, shape, scale + o["chan"], codes + o["code"], vals + o["vals"], channels, fused)
         return words, copies, spans
 
@@ -232,12 +245,12 @@ class QatMixin:
         recs = self.record.pack(n, {}, flags, {"first_block": self._first_block, "num_blocks": self._num_blocks})
         dev, q = self.device, self._qat_bufs["qat"]
         dev.queue.write_buffer(self._hyper, 0, np.ascontiguousarray(recs))
-        dev.queue.write_buffer(q, 24, np.array([1], np.uint32))
+        dev.queue.write_buffer(q, QAT_HEAD.offset("refresh"), np.array([1], np.uint32))
         enc = dev.encoder()
         for k, bind, groups in self._qat_plan(refresh=True):
             k.dispatch(enc, bind, groups)
         dev.submit(enc)
-        dev.queue.write_buffer(q, 24, np.array([0], np.uint32))
+        dev.queue.write_buffer(q, QAT_HEAD.offset("refresh"), np.array([0], np.uint32))
 
     def write_params(self, params: dict) -> None:
         """As the engine's, then the quantized copies of the tensors written are made again."""
