@@ -15,11 +15,10 @@
 //   update_norm (elementwise)   V updated (unfactored); per-block sums of p*p (MERGE) and u*u
 //   ratio       (per tensor)    scale = -alpha / max(1, RMS(u)/d)  (the tensor's tensor_scalar)
 //   apply       (elementwise)   p = p*(1 - lr*wd) + scale*u
-// `aux` holds, per factored tensor at word A: R [B*m], C [B*n], RA [B*m], M [B], RS [B*ceil(m/WG)]; its column
-// partials [B*nrt*n] at word CP; per unfactored tensor V [numel] at A. `tables` (per chunk): header (rows start,
-// rows count, cols start, cols count), (finish jobs start, count, means start, count); row segments (t, row,
-// chunk start, length); column jobs as two vec4 (t, b, c0, r_a), (r_b, lo, hi, chunk offset of tensor element lo);
-// finish jobs (t, b, 0 rows | 1 columns, first row or column); means (t, b, 0, 0).
+// `aux` holds, per factored tensor at word A: R [B*m], C [B*n], RA [B*m], M [B], RS [B*ceil(m/WG)] (their first
+// words: aux_c .. aux_rs); its column partials [B*nrt*n] at word CP; per unfactored tensor V [numel] at A. `tables`
+// (per chunk, whole vec4s an entry): AfRowsHead, AfFinishHead, then the AfSegment, AfColJob, AfJob and AfPair
+// tables they locate (structs and their readers tables_AfX(i) declared in rlx_gpu/optim/adafactor.py).
 // Record (rlx_gpu/optim/adafactor.py): decay, w, rho, eps1, eps2, d, sqrt_numel (f32); rows (m), row_tiles,
 // aux (A), cols (n), col_parts (CP), batch (B), numel (u32); flags FACTORED, DECAY.
 override RT: u32 = 128u;  // rows per column job
@@ -33,20 +32,20 @@ fn direction(r: Rec, e: u32, g: vec4<f32>) -> vec4<f32> {
     let A = r.aux;
     var v: vec4<f32>;
     if (has(r, FACTORED)) {
-        let m = r.rows; let n = r.cols; let B = r.batch;
+        let m = r.rows; let n = r.cols;
         // row q (of all B*m), column c and batch b of element e (one integer division per vec4: PERF_NOTES.md 28)
         var q = e / n;
         var c = e - q * n;
         var b = q / m;
         if ((n & 3u) == 0u) {  // rows of a multiple of 4: the vec4 lies in one row, its columns c..c+3
             let rq = aux[A + q];
-            let cc = A + B * m + b * n + c;
-            let rm = nan_max(aux[A + 2u * B * m + B * n + b], r.eps1);
+            let cc = aux_c(r) + b * n + c;
+            let rm = nan_max(aux[aux_m(r) + b], r.eps1);
             v = vec4<f32>(rq * aux[cc], rq * aux[cc + 1u], rq * aux[cc + 2u], rq * aux[cc + 3u]) / rm;
         } else {  // the next lanes step c, wrapping into the next row
             for (var j = 0u; j < 4u; j++) {
-                let rm = nan_max(aux[A + 2u * B * m + B * n + b], r.eps1);
-                v[j] = aux[A + q] * aux[A + B * m + b * n + c] / rm;
+                let rm = nan_max(aux[aux_m(r) + b], r.eps1);
+                v[j] = aux[A + q] * aux[aux_c(r) + b * n + c] / rm;
                 c = c + 1u;
                 if (c == n) { c = 0u; q = q + 1u; b = q / m; }
             }
@@ -105,28 +104,28 @@ fn rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 fn rowcols(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
     let w = wid.x + wid.y * nwg.x;
-    let nr = (tables[0].y + RPW - 1u) / RPW;
+    let nr = (tables_AfRowsHead(0u).segs + RPW - 1u) / RPW;
     if (w < nr) { rows_at(w, lid); } else { cols_at(w - nr, lid); }
 }
 
 fn rows_at(w: u32, lid: u32) {
     let RL = WG / RPW;
-    let hdr = tables[0];
+    let hdr = tables_AfRowsHead(0u);
     let id = w * RPW + lid / RL;
     let ln = lid % RL;
-    let seg = tables[hdr.x + min(id, hdr.y - 1u)];
-    let r = rec(seg.x);
-    let live = id < hdr.y && has(r, ACTIVE);  // (no early return before the barriers: hyper is read-write storage)
+    let seg = tables_AfSegment(hdr.segs_at + min(id, hdr.segs - 1u));
+    let r = rec(seg.t);
+    let live = id < hdr.segs && has(r, ACTIVE);  // (no early return before the barriers: hyper is read-write storage)
     let gm = grad_mul();
     var acc = 0.0;
-    if (live && ((seg.z | seg.w) & 3u) == 0u) {  // the usual case (rows of a multiple of 4, aligned): vec4 loads
-        for (var j = ln; j < seg.w / 4u; j = j + RL) {
-            let g = ld_grad(seg.z / 4u + j) * gm;
+    if (live && ((seg.start | seg.length) & 3u) == 0u) {  // the usual case (rows of a multiple of 4, aligned)
+        for (var j = ln; j < seg.length / 4u; j = j + RL) {
+            let g = ld_grad(seg.start / 4u + j) * gm;
             acc = acc + dot(g, g);
         }
     } else if (live) {
-        for (var j = ln; j < seg.w; j = j + RL) {
-            let g = ld1_grad(seg.z + j) * gm;
+        for (var j = ln; j < seg.length; j = j + RL) {
+            let g = ld1_grad(seg.start + j) * gm;
             acc = acc + g * g;
         }
     }
@@ -137,7 +136,7 @@ fn rows_at(w: u32, lid: u32) {
     }
     workgroupBarrier();
     if (ln == 0u && live) {
-        let ra = r.aux + r.batch * r.rows + r.batch * r.cols + seg.y;
+        let ra = aux_ra(r) + seg.row;
         aux[ra] = aux[ra] + red[lid];
     }
 }
@@ -154,11 +153,11 @@ fn cols(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 }
 
 fn cols_at(id: u32, lid: u32) {
-    let hdr = tables[0];
-    if (id >= hdr.w) { return; }
-    let j0 = tables[hdr.z + 2u * id]; let j1 = tables[hdr.z + 2u * id + 1u];
-    let r = rec(j0.x);
-    let b = j0.y; let ra = j0.w;
+    let hdr = tables_AfRowsHead(0u);
+    if (id >= hdr.cols) { return; }
+    let j = tables_AfColJob(hdr.cols_at + 2u * id);
+    let r = rec(j.t);
+    let b = j.b; let ra = j.row_a;
     let live = has(r, ACTIVE);  // (no early return before the barrier: hyper is read-write storage)
     let m = r.rows; let n = r.cols;
     let quad = (n & 3u) == 0u;
@@ -167,21 +166,21 @@ fn cols_at(id: u32, lid: u32) {
     let gm = grad_mul();
     var acc = vec4<f32>(0.0);
     if (live && quad) {
-        let c = j0.z + 4u * (lid % CQ);
-        for (var row = ra + lid / CQ; c < n && row < j1.x; row = row + 4u) {
+        let c = j.c0 + 4u * (lid % CQ);
+        for (var row = ra + lid / CQ; c < n && row < j.row_b; row = row + 4u) {
             let e = (b * m + row) * n + c;
-            if (e >= j1.y && e < j1.z) {
-                let g = ld_grad((j1.w + e - j1.y) / 4u) * gm;
+            if (e >= j.lo && e < j.hi) {
+                let g = ld_grad((j.at + e - j.lo) / 4u) * gm;
                 acc = acc + g * g;
             }
         }
-    } else if (live && j0.z + lid < n) {
-        let c = j0.z + lid;
+    } else if (live && j.c0 + lid < n) {
+        let c = j.c0 + lid;
         var s = 0.0;
-        for (var row = ra; row < j1.x; row = row + 1u) {
+        for (var row = ra; row < j.row_b; row = row + 1u) {
             let e = (b * m + row) * n + c;
-            if (e >= j1.y && e < j1.z) {
-                let g = ld1_grad(j1.w + e - j1.y) * gm;
+            if (e >= j.lo && e < j.hi) {
+                let g = ld1_grad(j.at + e - j.lo) * gm;
                 s = s + g * g;
             }
         }
@@ -189,64 +188,68 @@ fn cols_at(id: u32, lid: u32) {
     }
     colacc[lid] = acc;
     workgroupBarrier();
-    let c = j0.z + 4u * lid;
+    let c = j.c0 + 4u * lid;
     if (live && quad && lid < CQ && c < n) {
         let t = colacc[lid] + colacc[lid + CQ] + colacc[lid + 2u * CQ] + colacc[lid + 3u * CQ];
         for (var k = 0u; k < 4u; k++) { aux[slot + c + k] = aux[slot + c + k] + t[k]; }
     }
 }
 
-fn rs_base(r: Rec) -> u32 { return r.aux + 2u * r.batch * r.rows + r.batch * r.cols + r.batch; }
+// A factored tensor's sections of aux after R (at r.aux): C, RA, M, RS.
+fn aux_c(r: Rec) -> u32 { return r.aux + r.batch * r.rows; }
+fn aux_ra(r: Rec) -> u32 { return aux_c(r) + r.batch * r.cols; }
+fn aux_m(r: Rec) -> u32 { return aux_ra(r) + r.batch * r.rows; }
+fn aux_rs(r: Rec) -> u32 { return aux_m(r) + r.batch; }
 
 @compute @workgroup_size(WG)
 fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
     let id = wid.x + wid.y * nwg.x;
-    let hdr = tables[1];
-    if (id >= hdr.y) { return; }
-    let job = tables[hdr.x + id];
-    let r = rec(job.x);
-    let b = job.y;
+    let hdr = tables_AfFinishHead(1u);
+    if (id >= hdr.jobs) { return; }
+    let job = tables_AfJob(hdr.jobs_at + id);
+    let r = rec(job.t);
+    let b = job.b;
     let live = has(r, ACTIVE);  // (no early return before the barriers: hyper is read-write storage)
-    let m = r.rows; let n = r.cols; let A = r.aux; let B = r.batch; let nrt = r.row_tiles;
+    let m = r.rows; let n = r.cols; let A = r.aux; let nrt = r.row_tiles;
     var acc = 0.0;
-    if (live && job.z == 0u && job.w + lid < m) {  // rows: R from RA (zeroed), and their sum
-        let row = job.w + lid;
-        let ra = A + B * m + B * n + b * m + row;
+    if (live && job.axis == 0u && job.first + lid < m) {  // rows: R from RA (zeroed), and their sum
+        let row = job.first + lid;
+        let ra = aux_ra(r) + b * m + row;
         let x = lerp1(aux[A + b * m + row], aux[ra] / f32(n), r.w);
         aux[A + b * m + row] = x;
         aux[ra] = 0.0;
         acc = x;
-    } else if (live && job.z == 1u && job.w + lid < n) {  // columns: C from the column partials (zeroed)
-        let c = job.w + lid;
+    } else if (live && job.axis == 1u && job.first + lid < n) {  // columns: C from the column partials (zeroed)
+        let c = job.first + lid;
         var s = 0.0;
         for (var k = 0u; k < nrt; k = k + 1u) {
             let slot = r.col_parts + (b * nrt + k) * n + c;
             s = s + aux[slot];
             aux[slot] = 0.0;
         }
-        let ci = A + B * m + b * n + c;
+        let ci = aux_c(r) + b * n + c;
         aux[ci] = lerp1(aux[ci], s / f32(m), r.w);
     }
     red[lid] = acc;
     reduce(lid);
-    if (lid == 0u && live && job.z == 0u) { aux[rs_base(r) + b * ((m + WG - 1u) / WG) + job.w / WG] = red[0]; }
+    if (lid == 0u && live && job.axis == 0u) { aux[aux_rs(r) + b * ((m + WG - 1u) / WG) + job.first / WG] = red[0]; }
 }
 
 @compute @workgroup_size(WG)
 fn mean(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let id = wid.x + wid.y * nwg.x;
-    let hdr = tables[1];
-    if (id >= hdr.w) { return; }
-    let pr = tables[hdr.z + id];
-    let r = rec(pr.x);
-    let b = pr.y;
+    let hdr = tables_AfFinishHead(1u);
+    if (id >= hdr.means) { return; }
+    let pr = tables_AfPair(hdr.means_at + id);
+    let r = rec(pr.t);
+    let b = pr.b;
     let live = has(r, ACTIVE);
     let nrc = (r.rows + WG - 1u) / WG;
     var acc = 0.0;
-    for (var k = lid; live && k < nrc; k = k + WG) { acc = acc + aux[rs_base(r) + b * nrc + k]; }
+    for (var k = lid; live && k < nrc; k = k + WG) { acc = acc + aux[aux_rs(r) + b * nrc + k]; }
     red[lid] = acc;
     reduce(lid);
-    if (lid == 0u && live) { aux[r.aux + 2u * r.batch * r.rows + r.batch * r.cols + b] = red[0] / f32(r.rows); }
+    if (lid == 0u && live) { aux[aux_m(r) + b] = red[0] / f32(r.rows); }
 }

@@ -74,3 +74,30 @@ def test_loss_scale_begins_with_the_protocol():
     head = Params("LossScaleHead", *LOSS_SCALE_HEAD)
     assert LOSS_SCALE.fields[:len(head.fields)] == head.fields
     assert [LOSS_SCALE.offset(n) for n in head.names] == [head.offset(n) for n in head.names]
+
+
+def test_reader_and_vec4_tables():
+    """A table of structs read from whole vec4s: the reader's lanes follow the declaration (f32 by bitcast), and
+    pack_vec4s pads each struct to whole vec4s."""
+    R = Params("R6", "a", "b:f32", "c", "d", "e", "f")
+    assert R.reader("tab") == ("fn tab_R6(i: u32) -> R6 { let v0 = tab[i]; let v1 = tab[i + 1u]; "
+                               "return R6(v0.x, bitcast<f32>(v0.y), v0.z, v0.w, v1.x, v1.y); }")
+    t = R.pack_vec4s(a=[1, 2], b=0.5, c=3, d=4, e=5, f=[6, 7])
+    assert R.vec4s == 2 and t.shape == (4, 4) and list(t[3]) == [5, 7, 0, 0]
+    declare("test_params_reader.wgsl", read_from={"tab": (R,)})
+    assert structs("test_params_reader.wgsl").splitlines() == [R.wgsl(), R.reader("tab")]
+    with pytest.raises(ValueError, match="scalar fields only"):
+        Params("S", "v:u32[2]").reader("tab")
+
+
+def test_adafactor_tables_read_by_name():
+    """Adafactor's tables are structs declared in optim/adafactor.py, read whole (tables_AfX(i)); its aux sections
+    come from named helpers: no lane of a table entry and no hand-computed section offset in the shader."""
+    from rlx_gpu.optim import adafactor
+    src = (shader_dir() / "adafactor.wgsl").read_text()
+    assert not re.findall(r"\btables\[", src) and not re.findall(r"\b(?:hdr|seg|job|pr|j[01])\.[xyzw]\b", src)
+    assert "2u * r.batch" not in src and "B * m + B * n" not in src
+    decl = structs("adafactor.wgsl")
+    for P in (adafactor.ROWS_HEAD, adafactor.FINISH_HEAD, adafactor.SEGMENT, adafactor.COL_JOB, adafactor.JOB,
+              adafactor.PAIR):
+        assert P.wgsl() in decl and P.reader("tables") in decl

@@ -177,6 +177,7 @@ def optimizer_text(opt, sig: Signature, present=None, emit: Emit = PLAIN) -> Tex
     t.gen(param_helpers(sig.master, sig.param.low, wide))
     t.gen(_round_state(sig))
     t.file(opt.shader, idx)
+    t.gen(structs(opt.shader))  # (the tables' structs the optimizer declared for it: runtime/params.py)
     if sig.qat:
         t.gen(qat_load(sig, getattr(opt, "QAT_KEEP", 0), opt.WG))
         t.file("qat_export.wgsl", idx)

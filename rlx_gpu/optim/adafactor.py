@@ -8,9 +8,23 @@ import numpy as np
 from ..core.sync import locked
 from ..engine import Optimizer, Pass
 from ..reference import adafactor as ref
+from ..runtime.params import Params, declare
 
 RT = 128  # rows per column job
 RPW = 8  # row segments per workgroup of the rows pass
+# The tables' entries (shaders/adafactor.wgsl reads them by name, each from whole vec4s of `tables`): two header
+# rows, the rows pass's segments, the cols pass's jobs, the finish pass's jobs and the mean pass's pairs.
+ROWS_HEAD = Params("AfRowsHead", "segs_at", "segs", "cols_at", "cols")
+FINISH_HEAD = Params("AfFinishHead", "jobs_at", "jobs", "means_at", "means")
+SEGMENT = Params("AfSegment", "t", "row", "start", "length")  # tensor t's row `row` (of all B*m) at chunk `start`
+COL_JOB = Params("AfColJob", "t", "b", "c0", "row_a", "row_b", "lo", "hi", "at")  # columns c0.. of rows [row_a,
+#   row_b) of batch b, for tensor elements [lo, hi) found from chunk word `at`
+JOB = Params("AfJob", "t", "b", "axis", "first")  # WG rows (axis 0) or columns (1) of (t, b) from `first`
+PAIR = Params("AfPair", "t", "b")  # a (tensor, batch) whose mean of R the mean pass takes
+declare("adafactor.wgsl", read_from={"tables": (ROWS_HEAD, FINISH_HEAD, SEGMENT, COL_JOB, JOB, PAIR)})
+DIMS = np.dtype([("m", np.int64), ("n", np.int64), ("B", np.int64), ("A", np.int64), ("CP", np.int64)])
+# per tensor: rows, columns, batch, its first aux word, its column partials' first word
+ENTRIES = ("rows", "cols", "finish", "mean")  # the custom passes, in the order of _table's counts
 
 
 class Adafactor(Optimizer):
@@ -66,29 +80,27 @@ class Adafactor(Optimizer):
         super().__init__(params, *args, **kwargs)
         n = len(self._names)
         self._fact = np.array([ref.factored(self._shapes[x]) for x in self._names])
-        self._dims = np.zeros((n, 5), np.int64)  # m, n, B, A, CP
+        self._dims = d = np.zeros(n, DIMS)
         off = 0
         for t, name in enumerate(self._names):  # R, C, RA, M, RS per factored tensor; V per unfactored one
             shape = self._shapes[name]
             if self._fact[t]:
-                m, nn = shape[-2], shape[-1]
-                B = int(np.prod(shape[:-2], dtype=np.int64))
-                self._dims[t, :4] = m, nn, B, off
-                off += 2 * B * m + B * nn + B + B * -(-m // self.WG)
+                m, nn, B = shape[-2], shape[-1], int(np.prod(shape[:-2], dtype=np.int64))
+                d["m"][t], d["n"][t], d["B"][t], d["A"][t] = m, nn, B, off
+                off += 2 * B * m + B * nn + B + B * -(-m // self.WG)  # (the sections: aux_* in the shader)
             else:
-                self._dims[t, 3] = off
+                d["A"][t] = off
                 off += int(np.prod(shape, dtype=np.int64))
         for t in np.flatnonzero(self._fact):
-            m, nn, B = self._dims[t, :3]
-            self._dims[t, 4] = off
-            off += B * (-(-m // RT)) * nn
+            d["CP"][t] = off
+            off += d["B"][t] * (-(-d["m"][t] // RT)) * d["n"][t]
         if 4 * off > self.device.max_storage_binding:
             raise ValueError(f"Adafactor: the factored and unfactored state needs {4 * off} bytes in one buffer, "
                              f"more than the adapter's max storage binding ({self.device.max_storage_binding})")
         self._aux = self.device.buffer(4 * max(off, 1), "Adafactor.aux")
         self._sqrt_numel = np.sqrt(np.maximum(1, np.array([np.prod(self._shapes[x]) for x in self._names], np.float64)))
         self._tables = {}
-        pairs = [(t, b, 0, 0) for t in np.flatnonzero(self._fact) for b in range(self._dims[t, 2])]
+        pairs = [(t, b) for t in np.flatnonzero(self._fact) for b in range(self._dims["B"][t])]
         for k, bucket in enumerate(self.buckets):
             for c in range(bucket.layout.num_chunks):
                 self._tables[(id(bucket), c)] = self._table(bucket, c, pairs if k == 0 and c == 0 else [])
@@ -99,7 +111,7 @@ class Adafactor(Optimizer):
         for t in bucket.ids:
             if not self._fact[t]:
                 continue
-            m, nn, B = (int(x) for x in self._dims[t, :3])
+            m, nn, B = (int(self._dims[k][t]) for k in ("m", "n", "B"))
             for (pc, off, ln, toff) in bucket.layout.pieces[bucket.local[t]]:
                 if pc != c or not ln:
                     continue
@@ -116,23 +128,25 @@ class Adafactor(Optimizer):
                         ra = rb
         rows = np.concatenate(rows) if rows else np.zeros((0, 4), np.int64)
         cols = np.array(cols, np.int64).reshape(-1, 8)
-        jobs = np.array([(t, b, 0, r0) for t, b, _, _ in pairs for r0 in range(0, self._dims[t, 0], self.WG)]
-                        + [(t, b, 1, c0) for t, b, _, _ in pairs for c0 in range(0, self._dims[t, 1], self.WG)],
+        jobs = np.array([(t, b, 0, r0) for t, b in pairs for r0 in range(0, self._dims["m"][t], self.WG)]
+                        + [(t, b, 1, c0) for t, b in pairs for c0 in range(0, self._dims["n"][t], self.WG)],
                         np.int64).reshape(-1, 4)
-        means = np.array(pairs, np.int64).reshape(-1, 4)
-        at = 2 + len(rows) + 2 * len(cols)
-        hdr = np.array([[2, len(rows), 2 + len(rows), len(cols)], [at, len(jobs), at + len(jobs), len(means)]],
-                       np.int64)
-        tab = np.concatenate([hdr, rows, cols.reshape(-1, 4), jobs, means]).astype(np.uint32)
-        return (self.device.buffer(tab.nbytes, f"Adafactor.tables[{c}]", data=tab),
-                (-(-len(rows) // RPW), len(cols), len(jobs), len(means)))
+        means = np.array(pairs, np.int64).reshape(-1, 2)
+        body = [P.pack_vec4s(**dict(zip(P.names, x.T))) for P, x in
+                ((SEGMENT, rows), (COL_JOB, cols), (JOB, jobs), (PAIR, means))]
+        at = np.cumsum([ROWS_HEAD.vec4s + FINISH_HEAD.vec4s] + [len(b) for b in body])  # each table's first vec4
+        head = [ROWS_HEAD.pack_vec4s(segs_at=at[0], segs=len(rows), cols_at=at[1], cols=len(cols)),
+                FINISH_HEAD.pack_vec4s(jobs_at=at[2], jobs=len(jobs), means_at=at[3], means=len(means))]
+        tab = np.concatenate(head + body).astype(np.uint32)
+        counts = (-(-len(rows) // RPW), len(cols), len(jobs), len(means))
+        return self.device.buffer(tab.nbytes, f"Adafactor.tables[{c}]", data=tab), dict(zip(ENTRIES, counts))
 
     def _extra_buffers(self, bucket, chunk):
         return {"aux": self._aux, "tables": self._tables[(id(bucket), chunk)][0]}
 
     def _custom_groups(self, p, bucket, chunk):
         n = self._tables[(id(bucket), chunk)][1]
-        return n[0] + n[1] if p.entry == "rowcols" else n[("rows", "cols", "finish", "mean").index(p.entry)]
+        return n["rows"] + n["cols"] if p.entry == "rowcols" else n[p.entry]
 
     def _scratch_bytes(self) -> int:
         return super()._scratch_bytes() + self._aux.size + sum(b.size for b, _ in self._tables.values())
@@ -142,13 +156,13 @@ class Adafactor(Optimizer):
         d = self._dims[sel]
         cols = dict(decay=1 - lr * wd, w=t ** g["beta2_decay"], rho=np.minimum(lr, 1 / np.sqrt(t)),
                     eps1=ref.eps1_of(g), eps2=g["eps"][1], d=g["d"], sqrt_numel=self._sqrt_numel[sel],
-                    rows=d[:, 0], row_tiles=-(-d[:, 0] // RT), aux=d[:, 3], cols=d[:, 1], col_parts=d[:, 4],
-                    batch=d[:, 2], numel=[int(np.prod(self._shapes[self._names[i]])) for i in sel])
+                    rows=d["m"], row_tiles=-(-d["m"] // RT), aux=d["A"], cols=d["n"], col_parts=d["CP"],
+                    batch=d["B"], numel=[int(np.prod(self._shapes[self._names[i]])) for i in sel])
         return cols, dict(factored=self._fact[sel], decay=wd != 0)
 
     # -- state dicts: the factored moments live in aux --------------------------------------------------
     def _aux_views(self, host: np.ndarray, t: int) -> dict:
-        m, nn, B, A, _ = (int(x) for x in self._dims[t])
+        m, nn, B, A = (int(self._dims[k][t]) for k in ("m", "n", "B", "A"))
         shape = self._shapes[self._names[t]]
         if not self._fact[t]:
             return {"variance": host[A:A + int(np.prod(shape))].reshape(shape)}

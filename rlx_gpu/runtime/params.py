@@ -8,7 +8,9 @@ packer that writes its buffer come from the same list, so no word index is writt
 The kernel binds it as ``var<storage, read> p: GemmParams;`` (storage, like every binding the runtime makes).
 ``tail="rec"`` ends the struct with a runtime-sized ``rec: array<u32>`` (``pack(..., rec=[...])``); a field
 ``"log:u32[64]"`` is a fixed array of 64 words (packed from a sequence, unpacked as an array). ``pack_rows`` packs a
-table of such structs (``array<T>`` in WGSL) from columns.
+table of such structs (``array<T>`` in WGSL) from columns; ``pack_vec4s`` packs one into whole vec4s, for a
+shader that keeps several tables in one ``array<vec4<u32>>`` and reads an entry with the generated ``reader``
+(``declare(..., read_from={"tables": [...]})``).
 
 A shipped shader's structs (and the u32 constants it shares with the host) are declared with :func:`declare` by
 the module that dispatches it; the runtime (``shipped_kernel``, the engine's generated modules) and ``rlx-gpu
@@ -26,6 +28,7 @@ __all__ = ["Params", "declare", "structs"]
 _KINDS = ("u32", "f32")
 _SHADERS: dict = {}  # shader file -> {struct name: Params} (declare)
 _CONSTS: dict = {}   # shader file -> {constant name: u32} (declare)
+_READERS: dict = {}  # shader file -> {(array, struct): WGSL function} (declare's read_from)
 _FIELD = re.compile(r"(\w+)(?::(\w+))?(?:\[(\d+)\])?$")
 
 
@@ -117,6 +120,28 @@ class Params:
             out[:, self._at[n]] = self._words(n, k, np.broadcast_to(v, (rows,)))
         return out
 
+    def reader(self, array: str) -> str:
+        """A WGSL function ``{array}_{struct}(i)`` returning this struct from the ``array<vec4<u32>>`` named ``array``,
+        its words at vec4s i, i+1, ... (one 16-byte load each; scalar fields only, f32 ones by bitcast)."""
+        if self.tail or any(self.counts):
+            raise ValueError(f"Params {self.struct}: a reader reads scalar fields only")
+        n = -(-self.words // 4)
+        loads = " ".join(f"let v{j} = {array}[i{f' + {j}u' if j else ''}];" for j in range(n))
+        lanes = [f"v{self._at[f] // 4}.{'xyzw'[self._at[f] % 4]}" for f in self.names]
+        args = ", ".join(f"bitcast<f32>({v})" if k == "f32" else v for v, (_, k) in zip(lanes, self.fields))
+        return f"fn {array}_{self.struct}(i: u32) -> {self.struct} {{ {loads} return {self.struct}({args}); }}"
+
+    def pack_vec4s(self, **columns) -> np.ndarray:
+        """:meth:`pack_rows` padded to whole vec4s, (rows * ceil(words/4), 4): the table its :meth:`reader` reads."""
+        t = self.pack_rows(**columns)
+        pad = -self.words % 4
+        return np.pad(t, ((0, 0), (0, pad))).reshape(-1, 4)
+
+    @property
+    def vec4s(self) -> int:
+        """The vec4s one struct takes in a table of :meth:`pack_vec4s`."""
+        return -(-self.words // 4)
+
     def offset(self, name: str) -> int:
         """The byte offset of field ``name`` (the tail's: the fixed fields' bytes), for a write of one field into a
         buffer or a copy of a range."""
@@ -140,9 +165,13 @@ class Params:
         return out
 
 
-def declare(shader: str, *params: Params, **consts: int) -> None:
+def declare(shader: str, *params: Params, read_from: dict | None = None, **consts: int) -> None:
     """Register the structs shipped shader ``shader`` reads (a struct name declared twice must be the same one), and
-    u32 constants it shares with the host (``LOG=64``: ``const LOG: u32 = 64u;``; the same value if declared twice)."""
+    u32 constants it shares with the host (``LOG=64``: ``const LOG: u32 = 64u;``; the same value if declared twice).
+    ``read_from``: {array name: structs} read from that ``array<vec4<u32>>`` binding (:meth:`Params.reader`)."""
+    for array, ps in (read_from or {}).items():
+        params += tuple(ps)
+        _READERS.setdefault(shader, {}).update({(array, p.struct): p.reader(array) for p in ps})
     have = _SHADERS.setdefault(shader, {})
     for p in params:
         old = have.get(p.struct)
@@ -159,4 +188,5 @@ def declare(shader: str, *params: Params, **consts: int) -> None:
 def structs(shader: str) -> str:
     """The WGSL structs and constants declared for ``shader`` (empty if none), one a line."""
     consts = [f"const {n}: u32 = {v}u;" for n, v in _CONSTS.get(shader, {}).items()]
-    return "\n".join([p.wgsl() for p in _SHADERS.get(shader, {}).values()] + consts)
+    readers = list(_READERS.get(shader, {}).values())
+    return "\n".join([p.wgsl() for p in _SHADERS.get(shader, {}).values()] + consts + readers)
