@@ -4,7 +4,7 @@
 //         channels C, inner (elements per channel run: channel of element e = (e / inner) % C), flags (PER_CHANNEL,
 //         E5M2, SATURATE, MOVING, SYMMETRIC), qmin, qmax, grad_factor, averaging (constant), eps, sym_zp (the zero
 //         point of a symmetric scheme)
-//   qp:   per channel (scale, 1/scale, zero point, 0)
+//   qp:   per channel a QParam (scale, inv_scale, zero_point; declared in kernels.py as QPARAM)
 // #include "qat.wgsl"
 
 override WG: u32 = 256u;
@@ -18,7 +18,7 @@ const SYMMETRIC: u32 = 16u;
 const NOFUSE: u32 = 0x80000000u;  // (never set: rounded())
 
 @group(0) @binding(0) var<storage, read> args: QatArgs;
-@group(0) @binding(1) var<storage, read_write> qp: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> qp: array<QParam>;
 @group(0) @binding(2) var<storage, read> xin: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> yout: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read> dyin: array<vec4<f32>>;
@@ -34,11 +34,11 @@ fn base(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 { return (wid.x + wid.y
 // One element through the affine fake quantizer; `mask` for the straight-through gradient.
 fn fq1(v: f32, e: u32) -> f32 {
     let p = qp[chan(e)];
-    return fake_quant(v, p.x, p.y, p.z, args.qmin, args.qmax, flag(PER_CHANNEL));
+    return fake_quant(v, p.scale, p.inv_scale, p.zero_point, args.qmin, args.qmax, flag(PER_CHANNEL));
 }
 fn mask1(v: f32, e: u32) -> bool {
     let p = qp[chan(e)];
-    return fq_mask(v, p.y, p.z, args.qmin, args.qmax, flag(PER_CHANNEL));
+    return fq_mask(v, p.inv_scale, p.zero_point, args.qmin, args.qmax, flag(PER_CHANNEL));
 }
 
 @compute @workgroup_size(WG)
@@ -162,7 +162,7 @@ fn ste(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 }
 
 // LSQ (torch's _fake_quantize_learnable_per_tensor_affine backward): dx into yout, per-workgroup sums of the
-// per-element scale and zero-point gradients into part (summed by lsq_sum). qp[0] = (scale, 1/scale, zp, 0) with
+// per-element scale and zero-point gradients into part (summed by lsq_sum). qp[0] = (scale, 1/scale, zp) with
 // zp torch's backward zero point, int(clamp(zero_point + 0.5)).
 var<workgroup> red: array<vec2<f32>, WG>;
 fn lsq1(xv: f32, g: f32) -> vec3<f32> {  // (dx, dscale, dzero_point) of one element
@@ -170,18 +170,18 @@ fn lsq1(xv: f32, g: f32) -> vec3<f32> {  // (dx, dscale, dzero_point) of one ele
     let qmin = args.qmin;
     let qmax = args.qmax;
     let gf = args.grad_factor;
-    let qf = round(p.z + xv * p.y);
+    let qf = round(p.zero_point + xv * p.inv_scale);
     let bad = fq_bad(qf, true);
     let lo = bad || qf < qmin;
     let hi = !bad && qf > qmax;
     let inside = !lo && !hi;
     let dx = g * select(0.0, 1.0, inside);  // (torch multiplies by the mask: a masked -g gives -0)
     if (inside) {
-        let xfq = (fq_clamp(qf, qmin, qmax) - p.z) * p.x;
-        return vec3<f32>(dx, g * (xfq - xv) * p.y * gf, 0.0);
+        let xfq = (fq_clamp(qf, qmin, qmax) - p.zero_point) * p.scale;
+        return vec3<f32>(dx, g * (xfq - xv) * p.inv_scale * gf, 0.0);
     }
-    let ds = select(g * (qmax - p.z), g * (qmin - p.z), lo) * gf;
-    return vec3<f32>(dx, ds, g * -1.0 * p.x * gf);
+    let ds = select(g * (qmax - p.zero_point), g * (qmin - p.zero_point), lo) * gf;
+    return vec3<f32>(dx, ds, g * -1.0 * p.scale * gf);
 }
 @compute @workgroup_size(WG)
 fn lsq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -288,7 +288,7 @@ fn obs_update(@builtin(global_invocation_id) gid: vec3<u32>) {
     let qmax = args.qmax;
     let eps = args.eps;
     if (bitcast<u32>(cur.x) == 0x7f800000u && bitcast<u32>(cur.y) == 0xff800000u) {
-        qp[c] = vec4<f32>(1.0, 1.0, 0.0, 0.0);  // nothing observed yet (torch: scale 1, zero point 0)
+        qp[c] = QParam(1.0, 1.0, 0.0, 0.0);  // nothing observed yet (torch: scale 1, zero point 0)
         return;
     }
     let mn = select(min(cur.x, 0.0), cur.x, fq_isnan(cur.x));
@@ -308,5 +308,5 @@ fn obs_update(@builtin(global_invocation_id) gid: vec3<u32>) {
         let r = round(fq_div(mn, scale));
         zp = fq_clamp(qmin - select(r, 0.0, fq_isnan(r)), qmin, qmax);
     }
-    qp[c] = vec4<f32>(scale, fq_div(1.0, scale), zp, 0.0);
+    qp[c] = QParam(scale, fq_div(1.0, scale), zp, 0.0);
 }

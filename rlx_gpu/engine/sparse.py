@@ -19,7 +19,7 @@ PIECE = ("L", "rows", "off", "toff", "ln")
 STEP = ("negate", "rate", "eps", "omb1", "omb2")
 SPARSE_META = Params("SparseMeta", *PIECE, "negate", "rate:f32", "eps:f32", "omb1:f32", "omb2:f32", tail="idx")
 declare("sparse.wgsl", SPARSE_META)
-H = len(SPARSE_META.fields)  # the words before the rows
+H = SPARSE_META.words  # the words before the rows
 _SCALARS = dict.fromkeys(STEP[1:])  # (the f32 fields after negate, in order)
 assert SPARSE_META.fields[len(PIECE):] == (("negate", "u32"),) + tuple((n, "f32") for n in _SCALARS)
 

@@ -28,33 +28,36 @@ VECTORISED = {"fq_affine": "fq_affine_v", "fq_fp8": "fq_fp8_v"}
 # point of a symmetric scheme.
 QAT_ARGS = Params("QatArgs", "n", "channels", "inner", "flags", "qmin:f32", "qmax:f32", "grad_factor:f32",
                   "averaging:f32", "eps:f32", "sym_zp:f32")
-declare(SHADER, QAT_ARGS)
+# A channel's quantization parameters, read by name in qat_kernels.wgsl (``qp[c].inv_scale``): 16 bytes (``pad``
+# keeps the vec4 stride the observers and the export were written for).
+QPARAM = Params("QParam", "scale:f32", "inv_scale:f32", "zero_point:f32", "pad:f32")
+declare(SHADER, QAT_ARGS, QPARAM)
 
 
 class QParams:
-    """Quantization parameters on the device: per channel (scale, 1/scale, zero point), one vec4 each (an
+    """Quantization parameters on the device: per channel a :data:`QPARAM` (scale, 1/scale, zero point; 16 bytes) (an
     observer's, or uploaded by :meth:`upload`). ``numpy()`` gives ``(scale float32, zero_point int64)``."""
 
     def __init__(self, device, channels: int, label: str = "qat.qparams"):
         self.device, self.channels = device, int(channels)
-        self.buffer = device.buffer(16 * max(1, self.channels), label)
+        self.buffer = device.buffer(QPARAM.nbytes * max(1, self.channels), label)
 
     @classmethod
     def upload(cls, device, scale, zero_point) -> "QParams":
         s = np.asarray(scale, F32).reshape(-1)
         z = np.asarray(zero_point, np.int64).reshape(-1)
         q = cls(device, s.size)
-        words = np.zeros((s.size, 4), F32)
-        words[:, 0], words[:, 1], words[:, 2] = s, F32(1) / s, z.astype(F32)  # (1.0f / scale: torch's inverse)
-        device.queue.write_buffer(q.buffer, 0, words)
+        words = QPARAM.pack_rows(scale=s, inv_scale=F32(1) / s, zero_point=z.astype(F32), pad=0.0)  # (1.0f / scale:
+        device.queue.write_buffer(q.buffer, 0, words)  # torch's inverse)
         return q
 
     def numpy(self):
-        w = self.device.read(self.buffer, 0, 16 * self.channels, out=np.empty((self.channels, 4), F32))
-        return w[:, 0].copy(), w[:, 2].astype(np.int64)
+        w = self.device.read(self.buffer, 0, QPARAM.nbytes * self.channels,
+                             out=np.empty((self.channels, QPARAM.words), F32))
+        return w[:, QPARAM.offset("scale") // 4].copy(), w[:, QPARAM.offset("zero_point") // 4].astype(np.int64)
 
     def binding(self) -> dict:
-        """``{"buffer", "offset", "size"}``: ``array<vec4<f32>>`` of (scale, 1/scale, zero point, 0) per channel."""
+        """``{"buffer", "offset", "size"}``: ``array<QParam>`` (:data:`QPARAM`) per channel."""
         return {"buffer": self.buffer, "offset": 0, "size": self.buffer.size}
 
 
