@@ -88,8 +88,9 @@ fn fq4(v: vec4<f32>, e: u32, p: Chan) -> vec4<f32> {
     let lo = args.qmin;
     let hi = args.qmax;
     let pc = flag(PER_CHANNEL);
-    return vec4<f32>(fake_quant(v.x, s.x, s.y, s.z, lo, hi, pc), fake_quant(v.y, s.x, s.y, s.z, lo, hi, pc),
-                     fake_quant(v.z, s.x, s.y, s.z, lo, hi, pc), fake_quant(v.w, s.x, s.y, s.z, lo, hi, pc));
+    let sc = s.scale; let inv = s.inv_scale; let zp = s.zero_point;
+    return vec4<f32>(fake_quant(v.x, sc, inv, zp, lo, hi, pc), fake_quant(v.y, sc, inv, zp, lo, hi, pc),
+                     fake_quant(v.z, sc, inv, zp, lo, hi, pc), fake_quant(v.w, sc, inv, zp, lo, hi, pc));
 }
 fn fp8_4(v: vec4<f32>, e5: bool, sat: bool) -> vec4<f32> {
     return vec4<f32>(fake_quant_fp8(v.x, e5, sat), fake_quant_fp8(v.y, e5, sat), fake_quant_fp8(v.z, e5, sat),
