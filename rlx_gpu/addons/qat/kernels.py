@@ -35,8 +35,8 @@ declare(SHADER, QAT_ARGS, QPARAM)
 
 
 class QParams:
-    """Quantization parameters on the device: per channel a :data:`QPARAM` (scale, 1/scale, zero point; 16 bytes) (an
-    observer's, or uploaded by :meth:`upload`). ``numpy()`` gives ``(scale float32, zero_point int64)``."""
+    """Quantization parameters on the device: per channel a :data:`QPARAM` (scale, 1/scale, zero point; 16 bytes;
+    an observer's, or uploaded by :meth:`upload`). ``numpy()`` gives ``(scale float32, zero_point int64)``."""
 
     def __init__(self, device, channels: int, label: str = "qat.qparams"):
         self.device, self.channels = device, int(channels)
@@ -47,8 +47,9 @@ class QParams:
         s = np.asarray(scale, F32).reshape(-1)
         z = np.asarray(zero_point, np.int64).reshape(-1)
         q = cls(device, s.size)
-        words = QPARAM.pack_rows(scale=s, inv_scale=F32(1) / s, zero_point=z.astype(F32), pad=0.0)  # (1.0f / scale:
-        device.queue.write_buffer(q.buffer, 0, words)  # torch's inverse)
+        # (1.0f / scale: torch's inverse)
+        words = QPARAM.pack_rows(scale=s, inv_scale=F32(1) / s, zero_point=z.astype(F32), pad=0.0)
+        device.queue.write_buffer(q.buffer, 0, words)
         return q
 
     def numpy(self):
