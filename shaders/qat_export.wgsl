@@ -292,24 +292,7 @@ fn qat_encode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let q = qat_entry(blk.x, true);
     if (!q.on || q.fused) { return; }
     let r = rec(blk.x);
-    let per = select(2u, 1u, q.bits == 8u);  // vec4s per thread and word
-    var pos = qat_pos(q, elem0(blk, r, blk.y + per * lid), 4u * per * WG);
-    for (var k = 0u; k < EPT / per; k++) {
-        let i0 = blk.y + per * (k * WG + lid);
-        if (4u * i0 >= blk.z) { return; }
-        let e = elem0(blk, r, i0);
-        let p = pos;
-        qat_next(q, &pos);
-        var word = 0u;
-        for (var j = 0u; j < per; j++) {
-            let i = i0 + j;
-            let sc = qat_lane_scales(q, p, 4u * j);
-            let c = qat_code4(q, qat_load(i), tail(i, blk.z), sc[1]);
-            word = word | (qat_pack(c, q.bits) << (16u * j));
-            if (q.values != 0u && 4u * i < blk.z) { qat_store_values(q, e + 4u * j, c, sc[0]); }
-        }
-        qat_put(q.code + e * q.bits / 32u, word);
-    }
+    qat_encode_words(q, blk, r, lid, false, 0u);
 }
 
 // qat_encode's variant (Optimizer.QAT_ENCODE = "cached"): the block's channels' scales and reciprocals read once
@@ -348,6 +331,12 @@ fn qat_encode_cached(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     }
     workgroupBarrier();
     if (!on) { return; }
+    qat_encode_words(q, blk, r, lid, cached, c0);
+}
+
+// The second pass's codes (and values) of block blk for thread lid: its vec4s' scales from workgroup memory where
+// `cached` (qat_encode_cached; c0 the block's first channel), else per vec4 from the buffer (qat_encode).
+fn qat_encode_words(q: QatEntry, blk: vec4<u32>, r: Rec, lid: u32, cached: bool, c0: u32) {
     let per = select(2u, 1u, q.bits == 8u);  // vec4s per thread and word
     var pos = qat_pos(q, elem0(blk, r, blk.y + per * lid), 4u * per * WG);
     for (var k = 0u; k < EPT / per; k++) {
