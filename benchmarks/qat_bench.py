@@ -19,6 +19,10 @@ go on. One command, ~2 minutes on the H200:
 
     python benchmarks/qat_bench.py [--set gpt2-124m] [--elems 67108864] [--rounds 3] [--json out.json]
 
+``--diagnose``: only the default variant (``new``) of the int8/channel rows and the first kernel entries, beside
+``qatdiag.py``'s timing-only rewrites of them (results wrong on purpose; rows ``...{diag}``), in ~2 minutes:
+``timeout 120 python benchmarks/qat_bench.py --diagnose --repeats 3``.
+
 (``--set gpt2:LAYERS,WIDTH``: GPT-2's shapes with fewer layers or a smaller width, for a CPU adapter.)
 """
 import argparse
@@ -27,6 +31,7 @@ import traceback
 
 import numpy as np
 
+import qatdiag  # (benchmarks/: the script's folder)
 import rlx_gpu
 from rlx_gpu.addons.qat.kernels import E5M2, PER_CHANNEL, SATURATE, QParams, args_words, dispatch, groups, operand
 from rlx_gpu.tools.bench.shapes import gpt2_shapes, param_set
@@ -43,9 +48,10 @@ TARGET = {True: 0.10, False: 0.25}
 T0 = time.perf_counter()
 
 
-def adamw(dev, data, spec, switches=None, fuse=True):
+def adamw(dev, data, spec, switches=None, fuse=True, diag=None):
     params, grads = data
     cls = type("AdamW", (rlx_gpu.AdamW,), {**(switches or {}), "QAT_FUSE": fuse})
+    cls = qatdiag.diagnostic_class(cls, diag) if diag else cls
     opt = cls(params, lr=1e-4, qat=spec, device=dev)
     for n, g in grads.items():
         opt.grads[n].write(g)
@@ -74,17 +80,18 @@ def encode_only(dev, opt):
     return run
 
 
-def fq_kernel(dev, xy, entry, flags, channels=1):
+def fq_kernel(dev, xy, entry, flags, channels=1, diag=None):
     """A function recording one dispatch of a standalone fake-quant kernel from ``xy[0]`` (an Operand of n float32
     elements) into ``xy[1]``."""
     x, y = xy
     n = x.n
     qp = QParams.upload(dev, np.full(channels, 0.02, np.float32), np.zeros(channels, np.int64))
     args = dev.buffer(64, "bench.args", data=args_words(n, channels, n // channels, flags, -128, 127))
+    kernel = qatdiag.fq_kernel(dev, diag, entry) if diag else None
 
     def run():
         enc = dev.encoder()
-        dispatch(enc, dev, entry, groups(n), args=args, qp=qp.buffer, xin=x.res(), yout=y)
+        dispatch(enc, dev, entry, groups(n), kernel, args=args, qp=qp.buffer, xin=x.res(), yout=y)
         dev.submit(enc)
     return run
 
@@ -99,7 +106,11 @@ def attempt(errors, name, fn):
         return None
 
 
-def build(dev, shapes, errors):
+DIAG_ROWS = {"int8_channel_second_pass": ("enc-nostore", "enc-fixscale", "enc-constentry", "upd-noamax"),
+             "int8_channel_fused": ("upd-noamax",)}
+
+
+def build(dev, shapes, errors, diagnose=False):
     """The optimizers by row name, each exported copy's check, and how many copies each fuses."""
     rng = np.random.default_rng(0)
     params = {n: (rng.standard_normal(s) * 0.02).astype(np.float32) for n, s in shapes}
@@ -109,29 +120,34 @@ def build(dev, shapes, errors):
     checked = (min(mats, key=sizes.get), max(mats, key=sizes.get))
     opts, exact, fused = {"adamw": adamw(dev, data, None)}, {}, {}
     for ex, (spec, fuse, variants) in EXPORTS.items():
-        for v in variants:
-            row = f"{ex}[{v}]"
-            opt = attempt(errors, row, lambda spec=spec, v=v, fuse=fuse: adamw(dev, data, {n: spec for n in mats},
-                                                                                 VARIANTS[v], fuse))
+        rows = [(v, None) for v in variants] if not diagnose else \
+            [("new", d) for d in (None, *DIAG_ROWS.get(ex, ()))] if ex in DIAG_ROWS else []
+        for v, d in rows:
+            row = f"{ex}[{v}]" + (f"{{{d}}}" if d else "")
+            opt = attempt(errors, row, lambda spec=spec, v=v, fuse=fuse, d=d: adamw(
+                dev, data, {n: spec for n in mats}, VARIANTS[v], fuse, d))
             if opt is not None:
                 opts[row] = opt
                 fused[row] = sum(c.fused for c in opt.qat.values())
-                exact[row] = attempt(errors, row + ":check", lambda o=opt: all(matches(o, n) for n in checked))
+                exact[row] = "diag" if d else attempt(errors, row + ":check",
+                                                      lambda o=opt: all(matches(o, n) for n in checked))
                 print(f"built {row} at {time.perf_counter() - T0:.0f} s: copies equal the twin's: {exact[row]}",
                       flush=True)
     return opts, exact, fused, len(mats)
 
 
-def kernels(dev, n, errors) -> dict:
+def kernels(dev, n, errors, diagnose=False) -> dict:
     rows = {"fq_per_tensor": ("fq_affine", 0, 1), "fq_per_channel": ("fq_affine", PER_CHANNEL, 4096),
             "fq_fp8_e4m3fn": ("fq_fp8", SATURATE, 1), "fq_fp8_e5m2": ("fq_fp8", E5M2 | SATURATE, 1)}
     out = {}
     xy = (operand("bench", "x", np.random.default_rng(1).standard_normal(n).astype(np.float32), dev),
           dev.buffer(4 * n, "bench.y"))
     for k, (entry, flags, ch) in rows.items():
-        for v, e in (("first", entry), ("vec", entry + "_v")):
-            row = f"{k}[{v}]"
-            f = attempt(errors, row, lambda e=e, flags=flags, ch=ch: fq_kernel(dev, xy, e, flags, ch))
+        variants = [("first", entry, None)] + ([("first", entry, d) for d in qatdiag.FQ_DIAGNOSTICS] if diagnose
+                                               else [("vec", entry + "_v", None)])
+        for v, e, d in variants:
+            row = f"{k}[{v}]" + (f"{{{d}}}" if d else "")
+            f = attempt(errors, row, lambda e=e, flags=flags, ch=ch, d=d: fq_kernel(dev, xy, e, flags, ch, d))
             if f is not None:
                 attempt(errors, row, f)  # (compiled and run once)
                 if row not in errors:
@@ -146,12 +162,13 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--diagnose", action="store_true", help="the default rows beside qatdiag.py's timing-only rewrites")
     args = ap.parse_args()
     dev = rlx_gpu.get_device()
     timer = Timer(dev)
     shapes = gpt2_shapes(*map(int, args.set[5:].split(","))) if args.set.startswith("gpt2:") else param_set(args.set)
     errors = {}
-    opts, exact, fused, nmats = build(dev, shapes, errors)
+    opts, exact, fused, nmats = build(dev, shapes, errors, args.diagnose)
     figures = {k: (lambda opt=opt: timer.calibrated(opt.step, args.repeats, probe=2)[0] * 1e3)
                for k, opt in opts.items()}
     for k, opt in opts.items():
@@ -159,7 +176,7 @@ def main():
             f = encode_only(dev, opt)
             figures[k + ":encode_only"] = lambda f=f: timer.calibrated(f, args.repeats, probe=2)[0] * 1e3
     n = args.elems // 4 * 4
-    for k, f in kernels(dev, n, errors).items():
+    for k, f in kernels(dev, n, errors, args.diagnose).items():
         figures[k + "_GBps"] = lambda f=f: 8 * n / timer.calibrated(f, args.repeats)[0] / 1e9
     figures["copy_GBps"] = lambda: copy_bandwidth(dev, timer, 4 * n, args.repeats)["wgsl_copy_wg256_ept4"]
     safe = {k: (lambda f=f, k=k: attempt(errors, k + ":timing", f) or float("nan")) for k, f in figures.items()}

@@ -134,9 +134,10 @@ def variant(entry: str, fast: bool | None = None) -> str:
     return VECTORISED.get(entry, entry) if (FAST if fast is None else fast) else entry
 
 
-def dispatch(enc, dev, entry: str, n_groups: int, **bufs) -> None:
-    """Record one dispatch of ``entry`` with buffers by binding name ((buffer, offset, size) or a buffer)."""
-    k = shipped_kernel(dev, SHADER, entry, WG=WG, EPT=EPT)
+def dispatch(enc, dev, entry: str, n_groups: int, kernel=None, **bufs) -> None:
+    """Record one dispatch of ``entry`` with buffers by binding name ((buffer, offset, size) or a buffer);
+    ``kernel``: a compiled Kernel in place of the shipped one (benchmarks/qatdiag.py's rewrites)."""
+    k = kernel or shipped_kernel(dev, SHADER, entry, WG=WG, EPT=EPT)
     full = {}
     for name in k.bindings:
         b = bufs.get(name)
