@@ -322,9 +322,29 @@ def test_float16_path_follows_the_twin(device, path):
                 assert err <= later, (s, n, err)
     st = gpu.state_dict()["state"]
     for n in p0:
-        for k, tol in (("GG_0", 2e-3), ("GG_1", 2e-3), ("exp_avg_sq", 1e-2)):
+        for k, tol in (("GG_0", 2e-3), ("GG_1", 2e-3)):
             want = twin.state[n][k]
             assert np.abs(st[n][k] - want).max() <= tol * np.abs(want).max(), (n, k)
+        err, frac, total = rotated_state_apart(st[n], twin.state[n])
+        print(f"exp_avg_sq {n}: matched {frac:.2f} of the entries, apart {err:.2e} of the largest, sums {total:.2e}")
+        assert err <= 1e-2 and total <= 1e-2 and frac >= 0.5, (n, err, total, frac)
+
+
+def rotated_state_apart(got, want, cos=0.999):
+    """exp_avg_sq lives in each run's own eigenbasis, whose near-equal eigenvalues' vectors are mixed and ordered by
+    rounding: compared where both runs' basis vectors agree (|cos| >= ``cos``, matched one to one), as a fraction of
+    the twin's largest entry; and its sum, which no orthogonal basis or reordering changes (each step adds
+    (1 - beta2) ||Q0^T g Q1||^2 = (1 - beta2) ||g||^2), relative. Returns (apart, fraction matched, sums apart)."""
+    match = []
+    for i in (0, 1):
+        ov = np.abs(np.asarray(got[f"Q_{i}"], np.float64).T @ np.asarray(want[f"Q_{i}"], np.float64))
+        j = ov.argmax(1)
+        ok = (ov.max(1) >= cos) & (np.bincount(j, minlength=len(j))[j] == 1)
+        match.append((np.flatnonzero(ok), j[ok]))
+    (r, pr), (c, pc) = match
+    g, w = np.asarray(got["exp_avg_sq"], np.float64), np.asarray(want["exp_avg_sq"], np.float64)
+    apart = np.abs(g[np.ix_(r, c)] - w[np.ix_(pr, pc)]).max(initial=0.0) / np.abs(w).max()
+    return apart, len(r) * len(c) / w.size, abs(g.sum() - w.sum()) / w.sum()
 
 
 @pytest.mark.parametrize("matmul_dtype", ["float32", "float16"])
