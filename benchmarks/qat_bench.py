@@ -143,7 +143,8 @@ def kernels(dev, n, errors, diagnose=False) -> dict:
     xy = (operand("bench", "x", np.random.default_rng(1).standard_normal(n).astype(np.float32), dev),
           dev.buffer(4 * n, "bench.y"))
     for k, (entry, flags, ch) in rows.items():
-        variants = [("first", entry, None)] + ([("first", entry, d) for d in qatdiag.FQ_DIAGNOSTICS] if diagnose
+        variants = [("first", entry, None)] + ([("first", entry, d) for d in qatdiag.FQ_DIAGNOSTICS
+                                                if entry == "fq_affine" or not d.startswith("chan")] if diagnose
                                                else [("vec", entry + "_v", None)])
         for v, e, d in variants:
             row = f"{k}[{v}]" + (f"{{{d}}}" if d else "")

@@ -11,6 +11,9 @@ Optimizer modules (``qat_encode_cached``, the second pass's codes; the update dr
 Standalone kernels (``qat_kernels.wgsl``'s first entries ``fq_affine``, ``fq_fp8``):
   noalu           no arithmetic: each vec4 loaded and stored through the same indexing (a copy)
   nostore         the same arithmetic, the output stored only where lane x equals an impossible value
+  chan-one        the channel's two divisions skipped when there is one channel (the same bits: a candidate fix)
+  chan-vec4       fq_affine's channel and qp read once a vec4, not per element (right only where inner % 4 == 0,
+                  as in the bench's tensors; the loop order kept, unlike kernels.FAST)
 """
 from __future__ import annotations
 
@@ -25,12 +28,14 @@ from rlx_gpu.runtime import params as prm_decl
 from rlx_gpu.runtime import source as src
 
 OPT_DIAGNOSTICS = ("enc-nostore", "enc-fixscale", "enc-constentry", "upd-noamax")
-FQ_DIAGNOSTICS = ("noalu", "nostore")
+FQ_DIAGNOSTICS = ("noalu", "nostore", "chan-one", "chan-vec4")
 _ENC = "fn qat_encode_cached("
 _STORE = "qat_put(q.code + e * q.bits / 32u, word);"
 _SCALES = ("if (cached) { sc = qat_cached_scales(q, p, 4u * j, c0); } else { sc = qat_lane_scales(q, p, 4u * j); }")
 _ENTRY = "let q = qat_entry(select(0u, blk.x, live), live);"
 _NOTE = re.compile(r"qat_note\(qe, qc0, qpos, [^;]*\);")
+_CHAN = "fn chan(e: u32) -> u32 { return (e / args.inner) % args.channels; }"
+_FQ_VEC = "yout[i] = vec4<f32>(fq1(v.x, e), fq1(v.y, e + 1u), fq1(v.z, e + 2u), fq1(v.w, e + 3u));"
 _FQ_STORE = re.compile(r"(yout\[i\] = )(vec4<f32>\((?:fq1|fake_quant_fp8)\(v\.x[^;]*\));")
 
 
@@ -98,6 +103,14 @@ def fq_text(which: str) -> str:
     tail = prm_decl.structs(qk.SHADER)
     code = src.load_source(qk.SHADER)
     code = f"{code}{tail}\n" if tail else code
+    if which in ("chan-one", "chan-vec4"):
+        old, rep = (_CHAN, _CHAN.replace("{ return", "{ if (args.channels == 1u) { return 0u; } return")) \
+            if which == "chan-one" else (_FQ_VEC, "let p = qp[chan(e)];\n        yout[i] = vec4<f32>(" + ", ".join(
+                f"fake_quant(v.{c}, p.scale, p.inv_scale, p.zero_point, args.qmin, args.qmax, flag(PER_CHANNEL))"
+                for c in "xyzw") + ");")
+        if code.count(old) != 1:
+            raise RuntimeError(f"qatdiag {which}: qat_kernels.wgsl no longer holds {old!r} once")
+        return code.replace(old, rep)
     new = {"noalu": lambda m: m.group(1) + "v;",
            "nostore": lambda m: f"let y = {m.group(2)}; if (y.x == 1234.5678) {{ {m.group(1)}y; }}"}[which]
     out, n = _FQ_STORE.subn(new, code)

@@ -33,8 +33,8 @@ def test_rewrites_refuse_text_they_do_not_match():
         qd.rewrite("fn main() {}", "upd-noamax")
     with pytest.raises(ValueError, match="unknown diagnostic"):
         qd.rewrite("", "enc-nothing")
-    for which in qd.FQ_DIAGNOSTICS:  # the shipped fake-quant kernels still hold both stores the rewrites replace
-        assert qd.fq_text(which) != qd.fq_text("noalu" if which == "nostore" else "nostore")
+    texts = {which: qd.fq_text(which) for which in qd.FQ_DIAGNOSTICS}  # (each raises if its text is gone)
+    assert len(set(texts.values())) == len(texts)
 
 
 @pytest.mark.gpu
@@ -51,7 +51,7 @@ def test_diagnose_runs_every_rewrite(tmp_path):
                                                                "upd-noamax")]
     rows += ["int8_channel_fused[new]{upd-noamax}"]
     rows += [f"{k}[first]{{{d}}}_GBps" for k in ("fq_per_tensor", "fq_per_channel", "fq_fp8_e4m3fn", "fq_fp8_e5m2")
-             for d in qd.FQ_DIAGNOSTICS]
+             for d in qd.FQ_DIAGNOSTICS if k.startswith("fq_per") or not d.startswith("chan")]
     for row in rows + ["adamw", "int8_channel_second_pass[new]", "int8_channel_fused[new]"]:
         assert math.isfinite(rep["figures"][row]) and rep["figures"][row] > 0, row
     # the default rows are still checked against the twin; the diagnostic ones are marked as such
