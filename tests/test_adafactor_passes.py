@@ -1,0 +1,52 @@
+"""benchmarks/adafactor_passes.py: its prefix classes run the first k of Adafactor's passes (the whole list gives
+Adafactor's own bits, fewer give other results), and the script runs at a tiny size with every pass in its JSON."""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlx_gpu
+
+pytestmark = pytest.mark.gpu
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "adafactor_passes.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("adafactor_passes", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_prefixes_run_the_first_passes(device):
+    mod, n = _script(), len(rlx_gpu.Adafactor.passes)
+    rng = np.random.default_rng(0)
+    p0 = {"w": rng.standard_normal((24, 40)).astype(np.float32), "b": rng.standard_normal(40).astype(np.float32)}
+    g = {k: rng.standard_normal(v.shape).astype(np.float32) for k, v in p0.items()}
+    got = {}
+    for k in (n - 1, n):
+        cls = mod.prefix_class(k)
+        assert [p.entry for p in cls.passes] == [p.entry for p in rlx_gpu.Adafactor.passes[:k]]
+        opt = cls(p0, device=device)
+        opt.step(g)
+        got[k] = opt.read_params()
+    ref = rlx_gpu.Adafactor(p0, device=device)
+    ref.step(g)
+    want = ref.read_params()
+    for name in p0:
+        np.testing.assert_array_equal(got[n][name], want[name])  # (all passes: the same bits)
+        np.testing.assert_array_equal(got[n - 1][name], p0[name])  # (no apply pass: the params untouched)
+
+
+def test_tiny_run_has_every_pass(tmp_path):
+    out = tmp_path / "a.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--set", "gpt2:1,64", "--precisions", "fp32", "--rounds", "1",
+                        "--repeats", "1", "--json", str(out)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert list(rep["rows"]["fp32"]) == [p.entry for p in rlx_gpu.Adafactor.passes]
+    assert all(v["prefix_ms"] > 0 for v in rep["rows"]["fp32"].values())
