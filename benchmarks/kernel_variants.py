@@ -9,7 +9,8 @@ every variant alike). Variants: ``off`` (every switch off: the drivers before is
 switches), and ``-wide``, ``-full``, ``-subgroups``, ``-vpack`` (the default with one switch off) where the switch
 applies to the row (WIDE: 16-bit buckets; VPACK: bfloat16 stores; SUBGROUPS: reductions and quantized block
 maxima; FULL: unquantized drivers); ``+qdirect`` (quantized rows: the default with QDIRECT on, the maps read from
-the state buffers instead of copied into workgroup memory); ``-merge``, ``-rowcols`` (Adafactor: its stats pass
+the state buffers instead of copied into workgroup memory); ``+qclosed`` (quantized rows: the code search in
+closed form, engine/qsearch.py) and ``qclosed4`` (that with four vec4s a thread); ``-merge``, ``-rowcols`` (Adafactor: its stats pass
 apart from update_norm again; its rows and cols passes in two dispatches again); ``ept4`` (the default with four
 vec4s a thread instead of two: AdamW's 16-bit rows and the quantized ones); and the quantized rows' timing-only
 diagnostics ``x-search``, ``x-decode``, ``x-maps`` (results wrong on purpose: ``qdiag.py``). A row that fails to
@@ -47,7 +48,7 @@ def variants(opt: str, precision: str) -> list:
     out = ["off", "default"]
     low = precision != "fp32"
     if opt in QUANTIZED:
-        return out + ["+qdirect", "ept4", *DIAGNOSTICS]  # (ept4: the default with EPT = 4)
+        return out + ["+qdirect", "ept4", "+qclosed", "qclosed4", *DIAGNOSTICS]  # (ept4: the default with EPT = 4)
     if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
                                                                                           else [])
@@ -66,8 +67,10 @@ def switches(variant: str, cls=Optimizer) -> dict:
     base = {k: getattr(cls, k) for k in SWITCHES}
     if variant[0] in "-+":
         base[variant[1:].upper()] = variant[0] == "+"
-    if variant == "ept4":  # (four vec4s a thread: half the workgroups)
+    if variant in ("ept4", "qclosed4"):  # (four vec4s a thread: half the workgroups)
         base["EPT"] = 4
+    if variant == "qclosed4":
+        base["QCLOSED"] = True
     return base
 
 
@@ -151,7 +154,8 @@ def groups(args) -> list:
     return [x for x in g if (only is None or x[0] in only) and (prec is None or x[1] in prec)]
 
 
-COLUMNS = ("off", "default", "-wide", "-full", "-vpack", "-subgroups", "-merge", "-rowcols", "+qdirect", "ept4", *DIAGNOSTICS)
+COLUMNS = ("off", "default", "-wide", "-full", "-vpack", "-subgroups", "-merge", "-rowcols", "+qdirect", "ept4", "+qclosed",
+           "qclosed4", *DIAGNOSTICS)
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:

@@ -184,7 +184,8 @@ def optimizer_text(opt, sig: Signature, present=None, emit: Emit = PLAIN) -> Tex
         t.gen(structs("qat_export.wgsl"))  # (its words' constants: engine/qat.py)
     if quantized:
         nw = max(len([s for s in p.writes if s in present]) for p in passes if p.kind == "elementwise")
-        t.gen(q_helpers(states, present, quantized, sig.qbits, nw, opt.EPT, emit.subgroups, emit.qdirect))
+        t.gen(q_helpers(states, present, quantized, sig.qbits, nw, opt.EPT, emit.subgroups, emit.qdirect,
+                        emit.qclosed))
     for p in passes:
         if p.kind == "elementwise" and quantized:
             t.gen(q_elementwise(p, present, quantized, sig.qbits, opt.EPT, emit))

@@ -71,6 +71,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     WIDE = {"bfloat16": True, "float16": False, "bfloat16+master": True}
     FULL, SUBGROUPS, VPACK = True, True, True
     QDIRECT = False  # quantized buckets: the maps read from the state buffers, not copied (to be measured: issue 25)
+    QCLOSED = False  # quantized buckets: the code search in closed form, the same codes (to be measured: issue 25)
     constants: dict = {}   # further WGSL override constants of the shader
     on_device = True
     extra_kwargs: tuple = ()  # constructor keywords beyond the hyperparameters and options (Kron's probe)
@@ -189,7 +190,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         low = sig.precision != "float32"
         return Emit(wide=on["WIDE"] and low and even and not (sig.qat or sig.qbits), full=on["FULL"] and not sig.qat,
                     subgroups=sub, directive=sub and subgroup_directive(), vpack=on["VPACK"],
-                    qdirect=on["QDIRECT"] and bool(sig.qbits))
+                    qdirect=on["QDIRECT"] and bool(sig.qbits), qclosed=on["QCLOSED"] and bool(sig.qbits))
 
     def _kernel(self, bucket, entry: str):
         key = (bucket.sig, tuple(bucket.states), entry)
