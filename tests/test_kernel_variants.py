@@ -24,9 +24,11 @@ OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False, QDIRECT=False, 
 VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), dict(OFF, SUBGROUPS=True),
             dict(OFF, QDIRECT=True), dict(OFF, SUBGROUPS=True, QDIRECT=True),
             dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True, QDIRECT=True, QCLOSED=True), {}]  # ({}: defaults)
-# the quantized buckets' own (QCLOSED: the code search in closed form; with four vec4s a thread too)
+# the quantized buckets' own (QCLOSED: the code search in closed form; with four vec4s a thread too: EPT = 4, or
+# QEPT = 4, the quantized buckets' kernels alone, in workgroups of half the threads, the engine block kept)
 QVARIANTS = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {"QCLOSED": True},
-             {"QCLOSED": True, "EPT": 4}, dict(OFF, QCLOSED=True, QDIRECT=True, EPT=4)]
+             {"QCLOSED": True, "EPT": 4}, dict(OFF, QCLOSED=True, QDIRECT=True, EPT=4), {"QCLOSED": True, "QEPT": 4},
+             dict(OFF, QEPT=4), dict(OFF, SUBGROUPS=True, QCLOSED=True, QEPT=4)]
 # (class, hyperparameters, options): elementwise ones bit for bit, reducing ones within the bound
 CASES = [("AdamW", {"amsgrad": True}, {}), ("SGD", {"momentum": 0.9, "nesterov": True}, {}), ("Lion", {}, {}),
          ("RMSprop", {"centered": True, "momentum": 0.5}, {}), ("LAMB", {}, {}), ("Mars", {}, {}),
@@ -179,3 +181,14 @@ def test_adafactor_merged_passes_are_the_split_passes_bits(switches, dtype, devi
         _same(got_p, want_p, True, f"{what}: param")
         for n in want_s:
             _same(got_s[n], want_s[n], True, f"{what}: state of {n}")
+
+
+def test_qept_that_does_not_fit_the_block_is_refused(device):
+    """QEPT must split the engine block into workgroups of a multiple of 64 threads, in pairs of vec4s: otherwise
+    the step is refused naming QEPT, and the params are unchanged."""
+    p0 = np.arange(3000, dtype=np.float32)
+    for bad in (3, 6, 16, True):
+        opt = _variant("AdamW", {"QEPT": bad})({"a": p0}, state_bits=8, min_quantized_size=1, device=device)
+        with pytest.raises(ValueError, match="AdamW.QEPT must be None or an even int"):
+            opt.step({"a": np.ones(3000, np.float32)})
+        np.testing.assert_array_equal(opt.read_params()["a"], p0)

@@ -50,7 +50,7 @@ def _bisection(tag: str, mids) -> list:
             return _f(mids[base + st - 1])
         (w, b), rest = done[0], done[1:]
         return f"select({pick(rest, base, st)}, {pick(rest, base + w, st)}, {b})"
-    L = [f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{  // the bisection, midpoints as constants",
+    L = [f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{", "    // the bisection, the midpoints as constants",
          "    let sc = select(a, 1.0, a == 0.0);"]
     done = []
     for st in steps:
