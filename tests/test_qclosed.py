@@ -121,3 +121,30 @@ def _rule(vals, words, bits: int, signed: bool) -> np.ndarray:
         c = np.where(v > 0, np.maximum(c, 1), c) if bits == 8 else c
         c = np.where(flag, np.where(v == np.inf, 0, np.maximum(c, 1)), c)
     return c.reshape(-1, 4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("name,hyper", [("Adam", {"amsgrad": True}), ("Lion", {"lr": 1e-3}), ("SGD", {"momentum": 0.9}),
+                                        ("RMSprop", {"centered": True, "momentum": 0.5})])
+def test_every_quantizable_optimizer_takes_the_same_codes(name, hyper, bits, device):
+    """The optimizers with quantized states that test_kernel_variants.py leaves out, with QCLOSED on and off: the
+    same params, codes and absmax words after four steps (grads of mixed scales, a zero block, an exact zero)."""
+    import rlx_gpu
+    rng = np.random.default_rng(3)
+    p0 = {"a": rng.standard_normal(3000).astype(F32), "b": rng.standard_normal((17, 31)).astype(F32)}
+    got = []
+    for closed in (False, True):
+        cls = type(name, (getattr(rlx_gpu, name),), {"QCLOSED": closed})
+        opt = cls(p0, **hyper, state_bits=bits, min_quantized_size=1, device=device)
+        r = np.random.default_rng(4)
+        for s in range(4):
+            g = {k: (r.standard_normal(v.shape) * 10.0 ** r.integers(-8, 3, v.shape)).astype(F32) for k, v in p0.items()}
+            g["a"][:256] = 0.0 if s == 1 else g["a"][:256]
+            g["b"][0, 0] = 0.0
+            opt.step(g)
+        got.append((opt.read_params(), opt.state_dict()["state"]))
+    for n in p0:
+        np.testing.assert_array_equal(got[1][0][n].view(np.uint32), got[0][0][n].view(np.uint32), err_msg=n)
+        for k, v in got[0][1][n].items():
+            np.testing.assert_array_equal(np.asarray(got[1][1][n][k]), np.asarray(v), err_msg=f"{name} {n} {k}")
