@@ -3,13 +3,17 @@ side on GPT-2 124M in one run, with the copy rate of the same run, torch's fused
 AdamW8bit where they import: what issue 25's targets are judged on.
 
     python benchmarks/kernel_variants.py --json $OUT/kernel_variants.json
+    python benchmarks/kernel_variants.py --optimizers adamw,adamw8bit --precisions fp32 --variants default,+qclosed
 
 Per (optimizer, precision) every variant's optimizer is built first, then timed in alternating rounds (so drift hits
 every variant alike). Variants: ``off`` (every switch off: the drivers before issue 25), ``default`` (the class's
 switches), and ``-wide``, ``-full``, ``-subgroups``, ``-vpack`` (the default with one switch off) where the switch
 applies to the row (WIDE: 16-bit buckets; VPACK: bfloat16 stores; SUBGROUPS: reductions and quantized block
 maxima; FULL: unquantized drivers); ``+qdirect`` (quantized rows: the default with QDIRECT on, the maps read from
-the state buffers instead of copied into workgroup memory); ``-merge``, ``-rowcols`` (Adafactor: its stats pass
+the state buffers instead of copied into workgroup memory); ``+qclosed`` (quantized rows: the code search in
+closed form, engine/qsearch.py), ``qclosed-ept4`` (that with four vec4s a thread: EPT = 4, every bucket) and
+``qclosed-qept4`` (that with QEPT = 4: the quantized buckets' kernels alone take four vec4s a thread, in workgroups
+of half the threads, the engine block kept); ``-merge``, ``-rowcols`` (Adafactor: its stats pass
 apart from update_norm again; its rows and cols passes in two dispatches again); ``ept4`` (the default with four
 vec4s a thread instead of two: AdamW's 16-bit rows and the quantized ones); and the quantized rows' timing-only
 diagnostics ``x-search``, ``x-decode``, ``x-maps`` (results wrong on purpose: ``qdiag.py``). A row that fails to
@@ -47,7 +51,7 @@ def variants(opt: str, precision: str) -> list:
     out = ["off", "default"]
     low = precision != "fp32"
     if opt in QUANTIZED:
-        return out + ["+qdirect", "ept4", *DIAGNOSTICS]  # (ept4: the default with EPT = 4)
+        return out + ["+qdirect", "ept4", "+qclosed", "qclosed-ept4", "qclosed-qept4", *DIAGNOSTICS]  # (ept4: EPT = 4)
     if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
                                                                                           else [])
@@ -66,8 +70,12 @@ def switches(variant: str, cls=Optimizer) -> dict:
     base = {k: getattr(cls, k) for k in SWITCHES}
     if variant[0] in "-+":
         base[variant[1:].upper()] = variant[0] == "+"
-    if variant == "ept4":  # (four vec4s a thread: half the workgroups)
+    if variant in ("ept4", "qclosed-ept4"):  # (four vec4s a thread: half the workgroups)
         base["EPT"] = 4
+    if variant.startswith("qclosed-"):
+        base["QCLOSED"] = True
+    if variant == "qclosed-qept4":
+        base["QEPT"] = 4
     return base
 
 
@@ -89,7 +97,7 @@ def time_group(dev, timer, opt: str, precision: str, shapes, args, say) -> list:
     """Every variant of one (optimizer, precision): built, warmed up, timed in alternating rounds."""
     built, rows = {}, []
     params, grads = make_params(opt, precision, shapes), make_grads(opt, precision, shapes)
-    for v in variants(opt, precision):
+    for v in [v for v in variants(opt, precision) if not args.variants or v in args.variants.split(",")]:
         try:
             o = _build(opt, precision, v, params, grads, dev)
             for _ in range(3):
@@ -151,7 +159,8 @@ def groups(args) -> list:
     return [x for x in g if (only is None or x[0] in only) and (prec is None or x[1] in prec)]
 
 
-COLUMNS = ("off", "default", "-wide", "-full", "-vpack", "-subgroups", "-merge", "-rowcols", "+qdirect", "ept4", *DIAGNOSTICS)
+COLUMNS = ("off", "default", "-wide", "-full", "-vpack", "-subgroups", "-merge", "-rowcols", "+qdirect", "ept4", "+qclosed",
+           "qclosed-ept4", "qclosed-qept4", *DIAGNOSTICS)
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:
@@ -190,6 +199,7 @@ def main(argv=None) -> int:
     ap.add_argument("--set", default="gpt2-124m", help="param set (rlx-gpu bench's names)")
     ap.add_argument("--optimizers", default="", help="comma list: only these (default: all of the run)")
     ap.add_argument("--precisions", default="", help="comma list: only these (default: all of the run)")
+    ap.add_argument("--variants", default="", help="comma list: only these variants (default: every one of a row)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per row")
     ap.add_argument("--repeats", type=int, default=2, help="timed runs per round (median), of ~50 ms each")
     ap.add_argument("--copy-mb", type=int, default=512)

@@ -1,4 +1,4 @@
-"""The drivers' variants (engine/drivers.py: WIDE, FULL, SUBGROUPS, VPACK, QDIRECT on the Optimizer) and
+"""The drivers' variants (engine/drivers.py: WIDE, FULL, SUBGROUPS, VPACK, QDIRECT, QCLOSED on the Optimizer) and
 Adafactor's MERGE and ROWCOLS against the plain driver: every variant does the same float32 operations on every
 element, so the elementwise optimizers' params and states agree bit for bit; the quantized drivers (workgroup atomics or subgroup shuffles for the block maxima) give
 the same codes. The reducing optimizers' (LAMB, Mars, Adafactor) sums are compared within the suite's bound
@@ -20,10 +20,15 @@ from cases import ATOL, RTOL
 pytestmark = pytest.mark.gpu
 
 SIZES = [1, 5, 8, 9, (3, 7), 255, 257, 2049, 2600, (65, 64), 4097, 9000, 16385]
-OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False, QDIRECT=False)
+OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False, QDIRECT=False, QCLOSED=False)
 VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), dict(OFF, SUBGROUPS=True),
             dict(OFF, QDIRECT=True), dict(OFF, SUBGROUPS=True, QDIRECT=True),
-            dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True, QDIRECT=True), {}]  # ({}: the class's defaults)
+            dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True, QDIRECT=True, QCLOSED=True), {}]  # ({}: defaults)
+# the quantized buckets' own (QCLOSED: the code search in closed form; with four vec4s a thread too: EPT = 4, or
+# QEPT = 4, the quantized buckets' kernels alone, in workgroups of half the threads, the engine block kept)
+QVARIANTS = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {"QCLOSED": True},
+             {"QCLOSED": True, "EPT": 4}, dict(OFF, QCLOSED=True, QDIRECT=True, EPT=4), {"QCLOSED": True, "QEPT": 4},
+             dict(OFF, QEPT=4), dict(OFF, SUBGROUPS=True, QCLOSED=True, QEPT=4)]
 # (class, hyperparameters, options): elementwise ones bit for bit, reducing ones within the bound
 CASES = [("AdamW", {"amsgrad": True}, {}), ("SGD", {"momentum": 0.9, "nesterov": True}, {}), ("Lion", {}, {}),
          ("RMSprop", {"centered": True, "momentum": 0.5}, {}), ("LAMB", {}, {}), ("Mars", {}, {}),
@@ -89,7 +94,7 @@ def test_variants_match_the_plain_driver(name, hyper, opts, dtype, device):
     params = _params(dtype)
     kw = dict(hyper, **opts, **DTYPES[dtype], min_quantized_size=1) if opts else dict(hyper, **DTYPES[dtype])
     want_p, want_s = _run(_variant(name, OFF), params, kw, device)
-    for sw in VARIANTS:
+    for sw in VARIANTS + (QVARIANTS if opts.get("state_bits") else []):
         if sw.get("SUBGROUPS") and "subgroups" not in device.features:
             continue
         got_p, got_s = _run(_variant(name, sw), params, kw, device)
@@ -176,3 +181,14 @@ def test_adafactor_merged_passes_are_the_split_passes_bits(switches, dtype, devi
         _same(got_p, want_p, True, f"{what}: param")
         for n in want_s:
             _same(got_s[n], want_s[n], True, f"{what}: state of {n}")
+
+
+def test_qept_that_does_not_fit_the_block_is_refused(device):
+    """QEPT must split the engine block into workgroups of a multiple of 64 threads, in pairs of vec4s: otherwise
+    the step is refused naming QEPT, and the params are unchanged."""
+    p0 = np.arange(3000, dtype=np.float32)
+    for bad in (3, 6, 16, True):
+        opt = _variant("AdamW", {"QEPT": bad})({"a": p0}, state_bits=8, min_quantized_size=1, device=device)
+        with pytest.raises(ValueError, match="AdamW.QEPT must be None or an even int"):
+            opt.step({"a": np.ones(3000, np.float32)})
+        np.testing.assert_array_equal(opt.read_params()["a"], p0)

@@ -144,6 +144,20 @@ def _round_state(sig: Signature) -> str:
     return f"fn round_state(v: vec4<f32>) -> vec4<f32> {{ return {body}; }}"
 
 
+def kernel_shape(opt, qbits: int) -> tuple[int, int]:
+    """(WG, EPT) of a bucket's kernels: the class's; for a quantized bucket with ``QEPT`` set, QEPT vec4s a thread
+    and the engine block (WG * EPT * 4 elements: the block tables, clip and reductions) kept: WG * EPT / QEPT
+    threads a workgroup."""
+    q = getattr(opt, "QEPT", None)
+    if not qbits or not q or q == opt.EPT:
+        return opt.WG, opt.EPT
+    wg, rem = divmod(opt.WG * opt.EPT, q)
+    if isinstance(q, bool) or not isinstance(q, int) or q <= 0 or rem or q % 2 or wg % 64:
+        raise ValueError(f"{opt.__name__}.QEPT must be None or an even int dividing WG * EPT = {opt.WG * opt.EPT} "
+                         f"into workgroups of a multiple of 64 threads, got {q!r}")
+    return wg, q
+
+
 def optimizer_text(opt, sig: Signature, present=None, emit: Emit = PLAIN) -> Text:
     """The full module of optimizer class ``opt`` for a bucket of signature ``sig`` holding the state buffers
     ``present`` (None: all; an optimizer with custom passes, which may name any, always gets all), its drivers
@@ -184,10 +198,11 @@ def optimizer_text(opt, sig: Signature, present=None, emit: Emit = PLAIN) -> Tex
         t.gen(structs("qat_export.wgsl"))  # (its words' constants: engine/qat.py)
     if quantized:
         nw = max(len([s for s in p.writes if s in present]) for p in passes if p.kind == "elementwise")
-        t.gen(q_helpers(states, present, quantized, sig.qbits, nw, opt.EPT, emit.subgroups, emit.qdirect))
+        ept = kernel_shape(opt, sig.qbits)[1]
+        t.gen(q_helpers(states, present, quantized, sig.qbits, nw, ept, emit.subgroups, emit.qdirect, emit.qclosed))
     for p in passes:
         if p.kind == "elementwise" and quantized:
-            t.gen(q_elementwise(p, present, quantized, sig.qbits, opt.EPT, emit))
+            t.gen(q_elementwise(p, present, quantized, sig.qbits, ept, emit))
         elif p.kind == "elementwise":
             qat = driver_lines(getattr(opt, "QAT_KEEP", 0)) if sig.qat and p.param == "rw" else None
             t.gen(elementwise(p, present, PLAIN if qat else emit, qat))

@@ -36,18 +36,20 @@ class Emit:
     subgroup operations; ``directive``: the module says ``enable subgroups;`` (Tint asks for it, naga refuses it);
     ``vpack``: bfloat16 stores round with ``pack4v_bf16`` (the same bits from vector operations); ``qdirect``
     (quantized buckets): maps, midpoints and guides read from the state buffers' headers, not first copied into
-    workgroup memory behind a barrier (the same words)."""
+    workgroup memory behind a barrier (the same words); ``qclosed`` (quantized buckets): the code search in closed
+    form (:mod:`rlx_gpu.engine.qsearch`: the same codes)."""
     wide: bool = False
     full: bool = False
     subgroups: bool = False
     directive: bool = False
     vpack: bool = False
     qdirect: bool = False
+    qclosed: bool = False
 
 
 PLAIN = Emit()
 PRECISIONS = ("float32", "bfloat16", "float16", "bfloat16+master", "float16+master")
-SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK", "QDIRECT")  # the Optimizer class attributes that pick an Emit
+SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK", "QDIRECT", "QCLOSED")  # the Optimizer class attributes that pick an Emit
 
 
 def switch(value, precision: str, name: str = "switch") -> bool:

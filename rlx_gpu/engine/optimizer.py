@@ -27,7 +27,7 @@ from ..runtime.device import get_device
 from ..runtime.implementation import subgroup_directive
 from ..runtime.kernels import get_kernel, grid
 from .buckets import make_buckets
-from .codegen import Emit, Pass, optimizer_module
+from .codegen import Emit, Pass, kernel_shape, optimizer_module
 from .drivers import SWITCHES, switch
 from .qat import QatMixin
 from .qcodegen import QK
@@ -71,6 +71,8 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     WIDE = {"bfloat16": True, "float16": False, "bfloat16+master": True}
     FULL, SUBGROUPS, VPACK = True, True, True
     QDIRECT = False  # quantized buckets: the maps read from the state buffers, not copied (to be measured: issue 25)
+    QCLOSED = False  # quantized buckets: the code search in closed form, the same codes (to be measured: issue 25)
+    QEPT = None  # quantized buckets: vec4s a thread, the block kept (codegen.kernel_shape; to be measured: issue 25)
     constants: dict = {}   # further WGSL override constants of the shader
     on_device = True
     extra_kwargs: tuple = ()  # constructor keywords beyond the hyperparameters and options (Kron's probe)
@@ -183,19 +185,20 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
 
     def _emit(self, bucket) -> Emit:
         """How the bucket's drivers walk (the class's WIDE, FULL and SUBGROUPS where they apply)."""
-        sig, even = bucket.sig, self.EPT % 2 == 0
+        sig, even = bucket.sig, kernel_shape(type(self), bucket.sig.qbits)[1] % 2 == 0
         on = {k: switch(getattr(self, k), sig.precision, f"{type(self).__name__}.{k}") for k in SWITCHES}
         sub = on["SUBGROUPS"] and "subgroups" in self.device.features and (even or not sig.qbits)
         low = sig.precision != "float32"
         return Emit(wide=on["WIDE"] and low and even and not (sig.qat or sig.qbits), full=on["FULL"] and not sig.qat,
                     subgroups=sub, directive=sub and subgroup_directive(), vpack=on["VPACK"],
-                    qdirect=on["QDIRECT"] and bool(sig.qbits))
+                    qdirect=on["QDIRECT"] and bool(sig.qbits), qclosed=on["QCLOSED"] and bool(sig.qbits))
 
     def _kernel(self, bucket, entry: str):
         key = (bucket.sig, tuple(bucket.states), entry)
         if key not in self._kernels:
+            wg, ept = kernel_shape(type(self), bucket.sig.qbits)
             self._kernels[key] = get_kernel(self.device, f"{type(self).__name__}:{bucket.sig.param.name}",
-                                            self._module(bucket), entry, WG=self.WG, EPT=self.EPT, **self.constants)
+                                            self._module(bucket), entry, WG=wg, EPT=ept, **self.constants)
         return self._kernels[key]
 
     def _dummy(self, key: str):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..core.quant import BLOCK, GUESS_BITS, GUESS_KEYS
 from ..runtime.qarena import block_words, header_words
+from .qsearch import closed_code_fn
 
 __all__ = ["QK", "q_bindings", "q_helpers"]
 
@@ -27,10 +28,10 @@ QK = 8  # engine blocks per workgroup in a quantized pass (the maps are copied i
 
 
 def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, subgroups: bool = False,
-              direct: bool = False) -> str:
+              direct: bool = False, closed: bool = False) -> str:
     """Workgroup copies of the maps (``direct``: none, the maps read from the state buffer's header where used),
-    per-state loads, the code search, and the block maxima: workgroup atomics on absmax slots, or (``subgroups``)
-    :func:`_bmax`."""
+    per-state loads, the code search (``closed``: in closed form, :mod:`.qsearch`: no guide, and for 4-bit no
+    midpoints read), and the block maxima: workgroup atomics on absmax slots, or (``subgroups``) :func:`_bmax`."""
     QN, QB = 2 ** bits, BLOCK[bits]
     G = QB // 4
     mine = [s for s in states if s in present and s in signs]
@@ -44,10 +45,9 @@ def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, s
     for tag, want in (("s", True), ("u", False)):
         src = next((s for s in mine if signs[s] == want), None)
         if src is not None:
-            L += _maps(tag, src, direct) + _search_fns(tag, bits)
-            load += [] if direct else [f"    for (var j = lid; j < QN; j = j + WG) {{ qm_{tag}[j] = bitcast<f32>({src}_q[j]); "
-                     f"qt_{tag}[j] = bitcast<f32>({src}_q[QN + j]); }}",
-                     f"    for (var j = lid; j < {2 * GUESS_KEYS // 4}u; j = j + WG) {{ qg_{tag}[j] = {src}_q[2u * QN + j]; }}"]
+            want = ("m",) if closed and bits == 4 else ("m", "t") if closed else ("m", "t", "g")
+            L += _maps(tag, src, direct, want) + _search_fns(tag, bits, closed)
+            load += [] if direct else _copies(tag, src, want)
     L += ["fn q_load_maps(lid: u32) {"] + load + ["    workgroupBarrier();", "}",
           "fn q_base(i: u32) -> u32 { return QH + (i / QG) * QS; }  // the first word of vec4 i's block",
           "fn q_word(i: u32) -> u32 { return q_base(i) + " + ("i % QG; }" if bits == 8 else "(i % QG) / 2u; }"),
@@ -64,25 +64,42 @@ def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, s
     return "\n".join(L)
 
 
-def _maps(tag: str, src: str, direct: bool) -> list:
-    """One sign's map, midpoints and guide words as ``q_m_<tag>(k)``, ``q_t_<tag>(k)``, ``q_g_<tag>(k)``: from their
-    workgroup copies, or (``direct``) from the header of state ``src``'s buffer (the same words: the same bits)."""
-    if direct:
-        return [f"fn q_m_{tag}(k: u32) -> f32 {{ return bitcast<f32>({src}_q[k]); }}",
-                f"fn q_t_{tag}(k: u32) -> f32 {{ return bitcast<f32>({src}_q[QN + k]); }}",
-                f"fn q_g_{tag}(k: u32) -> u32 {{ return {src}_q[2u * QN + k]; }}"]
-    return [f"var<workgroup> qm_{tag}: array<f32, QN>;", f"var<workgroup> qt_{tag}: array<f32, QN>;",
-            f"var<workgroup> qg_{tag}: array<u32, {2 * GUESS_KEYS // 4}>;",
-            f"fn q_m_{tag}(k: u32) -> f32 {{ return qm_{tag}[k]; }}", f"fn q_t_{tag}(k: u32) -> f32 {{ return qt_{tag}[k]; }}",
-            f"fn q_g_{tag}(k: u32) -> u32 {{ return qg_{tag}[k]; }}"]
+# one sign's map (m), midpoints (t) and guide words (g): (WGSL type, workgroup array length, header offset)
+_TABLES = {"m": ("f32", "QN", ""), "t": ("f32", "QN", "QN + "), "g": ("u32", f"{2 * GUESS_KEYS // 4}", "2u * QN + ")}
 
 
-def _search_fns(tag: str, bits: int) -> list:
-    """One sign's code search (``q_code_<tag>``) over its midpoints, and its codes (:func:`_codes_fns`)."""
-    return [f"fn q_search_{tag}(v: f32, sc: f32) -> u32 {{  // the count of sc * midpoint < v by bisection",
-            "    var c = 0u;",
-            "    for (var st = QN / 2u; st > 0u; st = st / 2u) {",
-            f"        if (sc * q_t_{tag}(c + st - 1u) < v) {{ c = c + st; }}", "    }", "    return c;", "}",
+def _maps(tag: str, src: str, direct: bool, want=("m", "t", "g")) -> list:
+    """One sign's tables ``want`` of map, midpoints and guide words as ``q_m_<tag>(k)``, ``q_t_<tag>(k)``,
+    ``q_g_<tag>(k)``: from their workgroup copies, or (``direct``) from the header of state ``src``'s buffer (the
+    same words: the same bits)."""
+    decl, fns = [], []
+    for w in want:
+        ty, n, off = _TABLES[w]
+        word = f"q{w}_{tag}[k]" if not direct else f"{src}_q[{off}k]" if ty == "u32" else f"bitcast<f32>({src}_q[{off}k])"
+        decl += [] if direct else [f"var<workgroup> q{w}_{tag}: array<{ty}, {n}>;"]
+        fns.append(f"fn q_{w}_{tag}(k: u32) -> {ty} {{ return {word}; }}")
+    return decl + fns
+
+
+def _copies(tag: str, src: str, want) -> list:
+    """The workgroup copies of one sign's tables ``want`` (:func:`_maps`), in ``q_load_maps``."""
+    f32 = [f"q{w}_{tag}[j] = bitcast<f32>({src}_q[{_TABLES[w][2]}j]);" for w in want if w != "g"]
+    L = [f"    for (var j = lid; j < QN; j = j + WG) {{ {' '.join(f32)} }}"]
+    if "g" in want:
+        L.append(f"    for (var j = lid; j < {_TABLES['g'][1]}u; j = j + WG) {{ qg_{tag}[j] = {src}_q[2u * QN + j]; }}")
+    return L
+
+
+def _search_fns(tag: str, bits: int, closed: bool = False) -> list:
+    """One sign's code search (``q_code_<tag>``) over its midpoints (``closed``: :mod:`.qsearch`'s), and its codes
+    (:func:`_codes_fns`)."""
+    bisect = [f"fn q_search_{tag}(v: f32, sc: f32) -> u32 {{  // the count of sc * midpoint < v by bisection",
+              "    var c = 0u;",
+              "    for (var st = QN / 2u; st > 0u; st = st / 2u) {",
+              f"        if (sc * q_t_{tag}(c + st - 1u) < v) {{ c = c + st; }}", "    }", "    return c;", "}"]
+    if closed:
+        return (bisect if bits == 8 else []) + closed_code_fn(tag, bits) + _codes_fns(tag, bits)
+    return bisect + [
             f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{",
             "    // the guide's guess from the float bits of v / a is within one code of the count of",
             "    // a * midpoint < v (core/quant.py checks it for every key): one step up or down, both loads at once",

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..core.quant import BLOCK, GUESS_KEYS, guess_table, midpoints, pack_codes, qmap, unpack_codes
 
-__all__ = ["QArena", "header_words", "block_words"]
+__all__ = ["QArena", "header", "header_words", "block_words"]
 
 
 def header_words(bits: int) -> int:
@@ -21,6 +21,12 @@ def header_words(bits: int) -> int:
 
 def guide_words() -> int:
     return 2 * GUESS_KEYS // 4
+
+
+def header(bits: int, signed: bool) -> np.ndarray:
+    """The words every buffer of a state starts with: its map, midpoints (and a zero word), then the guide."""
+    return np.concatenate([qmap(bits, signed).view(np.uint32), midpoints(bits, signed).view(np.uint32),
+                           np.zeros(1, np.uint32), guess_table(bits, signed).view(np.uint32)])
 
 
 def block_words(bits: int) -> int:
@@ -34,8 +40,7 @@ class QArena:
     def __init__(self, device, layout, label: str, bits: int, signed: bool):
         self.device, self.layout, self.label, self.bits = device, layout, label, bits
         self.block, self.H, self.S = BLOCK[bits], header_words(bits), block_words(bits)
-        head = np.concatenate([qmap(bits, signed).view(np.uint32), midpoints(bits, signed).view(np.uint32),
-                               np.zeros(1, np.uint32), guess_table(bits, signed).view(np.uint32)])
+        head = header(bits, signed)
         self.buffers = []
         for i, n in enumerate(layout.chunk_elems):
             b = device.buffer(4 * (self.H + -(-n // self.block) * self.S), f"{label}[{i}]", mappable=True)

@@ -1,0 +1,96 @@
+"""The code search in closed form (``Optimizer.QCLOSED``): what the kernels compute instead of the guide table's
+guess, and the check that it gives every code the search gives (the rule: :mod:`rlx_gpu.core.quant`).
+
+8-bit maps (bitsandbytes' dynamic maps): decade ``d`` (d = 0..6) holds ``n_d`` entries (signed: 2^d, unsigned:
+2^(d+1)) spaced evenly in ``[10^(d-7), 10^(d-6)]``, ``10^(d-6) (0.1 + (k + 1/2) 0.9 / n_d)``, from code
+``off_d``. So ``y = S_d |x| + C_d`` (``S_d = 10^(6-d) n_d / 0.9``, ``C_d = off_d - 0.1 n_d / 0.9 - 1/2``) is the
+continuous position of ``|x|`` among the codes: a midpoint between codes j and j + 1 sits at y = j + 1/2 within
+0.25 (between decades too: the two decades' lines meet at the boundary). The kernel picks the decade by six
+comparisons of ``|x|`` with ``10^(d-7)`` (selects of constants), takes ``g = floor(y)`` (mirrored for a negative
+``x`` on the signed map: ``253 - g``), clamped to ``0..254``, and the code is ``g + (s * midpoint[g] < v)``: one
+midpoint load, no guide. :func:`check_guess` checks that ``g`` is the code or one below it for every float32
+``x`` that can stand for ``v / s`` (within 2^-20 of it: ``1 / s`` and the product's rounding), with ``y`` rounded
+either way (the compiler may fuse the multiply-add). Blocks whose scale is below 2^-100 or above 2^100 (a
+product ``s * midpoint`` or ``1 / s`` could leave the normal range) and ``x`` inf/NaN take the bisection, as the
+search did for ``x`` inf/NaN.
+
+4-bit maps (16 entries): the bisection itself, four steps over the 15 midpoints held as constants (selects in a
+tree; no table, no workgroup memory), which is the count of the rule by definition.
+
+The maps are the library's own (a state dict with another map is refused: :func:`rlx_gpu.core.quant.split_state`),
+so every quantized bucket can take the closed form.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import quant
+
+__all__ = ["decades", "guess", "check_guess", "SCALE_RANGE"]
+
+F32 = np.float32
+SCALE_RANGE = (2.0 ** -100, 2.0 ** 100)  # block scales outside take the bisection
+DELTA = 2.0 ** -20  # how far x = v * (1 / s) may be from v / s, relatively
+
+
+def decades(signed: bool) -> tuple:
+    """(thresholds ``10^(d-7)`` for d = 1..6, slopes ``S_d`` and intercepts ``C_d`` for d = 0..6) of an 8-bit
+    dynamic map, as float32 (the module docstring)."""
+    low, slope, icpt = [], [], []
+    off = 128 if signed else 1
+    for d in range(7):
+        n = 2 ** d if signed else 2 ** (d + 1)
+        low.append(10.0 ** (d - 7))
+        slope.append(10.0 ** (6 - d) * n / 0.9)
+        icpt.append(off - 0.1 * n / 0.9 - 0.5)
+        off += n
+    return np.array(low[1:], F32), np.array(slope, F32), np.array(icpt, F32)
+
+
+def guess(x: np.ndarray, signed: bool, fused: bool = False, nudge: int = 0) -> np.ndarray:
+    """The kernels' ``g`` for float32 ``x`` (int64); ``fused``: ``y`` by a fused multiply-add; ``nudge``: ``y``
+    moved that many float32 steps (a fused result's double rounding)."""
+    low, slope, icpt = decades(signed)
+    ax = np.abs(np.asarray(x, F32))
+    s, c = np.full(ax.shape, slope[0]), np.full(ax.shape, icpt[0])
+    for d in range(6):
+        s, c = np.where(ax >= low[d], slope[d + 1], s), np.where(ax >= low[d], icpt[d + 1], c)
+    y = (s.astype(np.float64) * ax + c).astype(F32) if fused else (s * ax).astype(F32) + c
+    for _ in range(abs(nudge)):
+        y = np.nextafter(y, F32(np.sign(nudge) * np.inf))
+    ga = np.clip(y, 0, 254).astype(np.int64)
+    g = np.where(x < 0, 253 - ga, ga) if signed else np.where(x < 0, 0, ga)
+    return np.clip(g, 0, 254)
+
+
+def _events(signed: bool) -> np.ndarray:
+    """The x where the count of midpoints below x or ``g`` can change: midpoints, the thresholds, the places
+    where ``y`` crosses an integer, 0 and 1 (positive; both signs are checked)."""
+    low, slope, icpt = decades(signed)
+    edges = np.concatenate([[0.0], low, [1.0]]).astype(np.float64)
+    cross = []
+    for d in range(7):
+        ks = np.arange(np.floor(slope[d] * edges[d] + icpt[d]), np.ceil(slope[d] * edges[d + 1] + icpt[d]) + 1)
+        cross.append((ks - np.float64(icpt[d])) / np.float64(slope[d]))
+    pts = np.concatenate([np.abs(quant.midpoints(8, signed)), low, np.concatenate(cross), [0.0, 1.0, 2.0]])
+    return np.unique(np.clip(pts, 0, 2).astype(F32))
+
+
+def check_guess(signed: bool, ulps: int = 96) -> int:
+    """Check that ``g`` is the code or one below it (so one midpoint comparison settles the code) for every float32
+    x within ``ulps`` steps of an event (between events nothing changes), both signs, every rounding of ``y``.
+    Returns the number of x checked; raises AssertionError naming the first x that fails."""
+    pts = _events(signed).view(np.int32).astype(np.int64)
+    near = np.unique((pts[:, None] + np.arange(-ulps, ulps + 1)).reshape(-1))
+    xs = near[(near >= 0) & (near <= np.float32(2).view(np.int32))].astype(np.int32).view(F32)
+    xs = np.concatenate([xs, -xs]) if signed else np.concatenate([xs, -xs[:1000]])
+    mids = quant.midpoints(8, signed).astype(np.float64)
+    x64 = xs.astype(np.float64)
+    c_lo = np.searchsorted(mids, np.minimum(x64 * (1 - DELTA), x64 * (1 + DELTA)), side="left")
+    c_hi = np.searchsorted(mids, np.maximum(x64 * (1 - DELTA), x64 * (1 + DELTA)), side="left")
+    for fused, nudge in ((False, 0), (True, 0), (True, 1), (True, -1)):
+        g = guess(xs, signed, fused, nudge)
+        bad = (g < np.minimum(c_hi - 1, 254)) | (g > c_lo)
+        assert not bad.any(), (signed, fused, nudge, float(xs[bad][0]), int(g[bad][0]), int(c_lo[bad][0]),
+                               int(c_hi[bad][0]))
+    return xs.size
