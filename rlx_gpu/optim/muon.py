@@ -59,17 +59,56 @@ class Muon(MatrixOptimizer):
         (the checked step's indirect-argument buffer is sized once: groups may change ns_steps later)."""
         return 2 * self._pieces_count() + len(self._names) * linalg.ns_dispatches(99) + 8
 
+    #: A profiler's hook (``benchmarks/muon_phases.py``): ``phase_mark(pass, name)`` is called where each phase of a
+    #: step begins ("momentum", Newton-Schulz's on the tensor cores: ``linalg.ns_tc``, "update"); None: no marks.
+    phase_mark = None
+    #: Newton-Schulz's kernel per stage on the tensor cores ({"A" | "B" | "X": a ``TcConfig``}) where not
+    #: ``rlx_gpu.linalg.tcns.SM_BASES``' (an experiment's switch, e.g. B on K steps of 32); None: those.
+    ns_bases = None
+    #: Whether a step keeps the last step's piece records (not packed nor written again) while nothing they are made
+    #: of changed: the groups' hyperparameters, the lr scales, the tensors with a grad. False: rebuilt and written
+    #: every step, as before (a benchmark's switch; the results are the same).
+    reuse_records = True
+    #: Whether the momentum and the update of pieces whose sizes and offsets allow it, and Newton-Schulz's conversions
+    #: of matrices it does not transpose (``linalg.ns_tc``'s ``vec4``), run by vec4s, 4 elements a thread: the same
+    #: values (False: one element a thread, the conversions through 32 x 32 tiles, as before: a benchmark's switch).
+    vec4 = True
+    _jobs_kept: tuple = (None, None)
+
     def _encode(self, enc) -> None:
         """Momentum into the shape's scratch, Newton-Schulz batched per shape (and per group's settings), update."""
-        dev, keep = self.device, []
+        keep, mark = [], self.phase_mark or (lambda enc, name: None)
         self._ensure("momentum_buffer")
+        jobs = self._jobs()
+        mark(enc, "momentum")
+        self._elementwise(enc, jobs, "muon_momentum")
+        self._newton_schulz(enc, jobs, keep, mark)
+        mark(enc, "update")
+        self._elementwise(enc, jobs, "muon_apply")
+        self._keep = keep  # (the parameter buffers of this step's GEMMs, until the next step)
+
+    def _elementwise(self, enc, jobs, entry) -> None:
+        """Kernel ``entry`` on every piece (its vec4 form on the pieces that allow it: :meth:`_jobs`)."""
+        k, k4 = self._k(entry), self._k(entry + "4")
+        for shape, *_, rows in jobs:
+            for (r, b, c, ln, v) in rows:
+                kk = k4 if v else k
+                kk.dispatch(enc, self._mbind(kk, r, b, c, self._scratch[shape]), -(-ln // (1024 if v else 256)))
+
+    def _jobs(self) -> list:
+        """The step's jobs per shape and Newton-Schulz setting (shape, first slot, count, steps, coefficients, eps,
+        dtype, the pieces' rows), their records written to the records' buffer (kept from the last step, neither
+        packed nor written again, while :attr:`reuse_records` and nothing they are made of changed)."""
         gm_word = self._grad_mul_word()
+        key = (gm_word, self.vec4, self._active.tobytes(), self._scale.tobytes(),
+               tuple(repr([g.get(k) for k in self.spec.defaults]) for g in self.param_groups))
+        if self.reuse_records and self._jobs_kept[0] == key:
+            return self._jobs_kept[1]
         words = np.zeros((self._mp.size // 4,), np.uint32)
         jobs = []
         for shape, ts in self._groups.items():
-            active = [t for t in ts if self._active[t]]
             by_setting: dict = {}
-            for t in active:
+            for t in (t for t in ts if self._active[t]):
                 g = self.param_groups[self._group_of[t]]
                 by_setting.setdefault((g["ns_steps"], tuple(g["ns_coefficients"]), g["eps"], g["ns_dtype"]),
                                       []).append(t)
@@ -80,21 +119,18 @@ class Muon(MatrixOptimizer):
                     g = self.param_groups[self._group_of[t]]
                     lr = g["lr"] * self._scale[t]
                     adj = ref.adjusted_lr(lr, g["adjust_lr_fn"], shape)
-                    rows += self._piece_records(words, t, PIECE, (base + slot) * shape[0] * shape[1],
-                                                nesterov=int(g["nesterov"]), gm_word=gm_word, omm=1 - g["momentum"],
-                                                mom=g["momentum"], decay=1 - lr * g["weight_decay"], neg_lr=-adj)
+                    at = (base + slot) * shape[0] * shape[1]
+                    got = self._piece_records(words, t, PIECE, at, nesterov=int(g["nesterov"]), gm_word=gm_word,
+                                              omm=1 - g["momentum"], mom=g["momentum"],
+                                              decay=1 - lr * g["weight_decay"], neg_lr=-adj)
+                    b, i = self._where[t]
+                    rows += [(*row, self.vec4 and (at + toff) % 4 == 0 and ln % 4 == 0 and shape[0] * shape[1] % 4 == 0)
+                             for row, (_, _, ln, toff) in zip(got, b.layout.pieces[i])]
                 jobs.append((shape, base, len(members), steps, coeffs, eps, dt, rows))
                 base += len(members)
-        dev.queue.write_buffer(self._mp, 0, words)
-        km, ka = self._k("muon_momentum"), self._k("muon_apply")
-        for shape, *_, rows in jobs:
-            for (r, b, c, ln) in rows:
-                km.dispatch(enc, self._mbind(km, r, b, c, self._scratch[shape]), -(-ln // 256))
-        self._newton_schulz(enc, jobs, keep)
-        for shape, *_, rows in jobs:
-            for (r, b, c, ln) in rows:
-                ka.dispatch(enc, self._mbind(ka, r, b, c, self._scratch[shape]), -(-ln // 256))
-        self._keep = keep  # (the parameter buffers of this step's GEMMs, until the next step)
+        self.device.queue.write_buffer(self._mp, 0, words)
+        self._jobs_kept = (key, jobs)
+        return jobs
 
     @property
     def ns_path(self) -> str:
@@ -102,7 +138,7 @@ class Muon(MatrixOptimizer):
         "subgroup-matrix", "emulated" or "tiled"); float32 Newton-Schulz always runs "tiled"."""
         return linalg.gemm_path("float16", self.device)
 
-    def _newton_schulz(self, enc, jobs, keep) -> None:
+    def _newton_schulz(self, enc, jobs, keep, mark=None) -> None:
         """float32 jobs one by one on the tiled GEMMs; float16 ones on the tensor-core GEMM all shapes together, one
         set of dispatches per setting (or one by one on gemm16 where the device has no tensor-core path)."""
         dev, grouped = self.device, {}
@@ -116,13 +152,14 @@ class Muon(MatrixOptimizer):
             linalg.ns_encode(dev, enc, self._scratch[shape], base * m * n, count, m, n, steps, coeffs, eps, keep,
                              self._cache, capacity=len(self._groups[shape]), f16=dt == "float16")
         for (steps, coeffs, eps), js in grouped.items():
-            linalg.ns_tc(dev, enc, js, steps, coeffs, eps, keep, path, self._cache)
+            linalg.ns_tc(dev, enc, js, steps, coeffs, eps, keep, path, self._cache, bases=self.ns_bases, mark=mark,
+                         vec4=self.vec4)
 
     def _mbind(self, k, r, b, c, scratch):
         key = ("muon", k.entry, r, id(scratch), id(b.states.get("momentum_buffer")))
         if key not in self._binds:
-            self._binds[key] = k.bind({"hyper": self._hyper, "grad": b.grad.buffers[c],
-                                       "buf": b.states["momentum_buffer"].buffers[c], "param": b.param.buffers[c],
-                                       "scratch": scratch,
+            bufs = {"grad": b.grad.buffers[c], "buf": b.states["momentum_buffer"].buffers[c],
+                    "param": b.param.buffers[c], "scratch": scratch}
+            self._binds[key] = k.bind({"hyper": self._hyper, **bufs, **{n + "4": v for n, v in bufs.items()},
                                        "mp": self._record_range(r)})
         return self._binds[key]
