@@ -19,7 +19,7 @@ tables and the conversions' parameters packed once), "new bk32" (also Newton-Sch
 ``Muon.ns_bases``).
 
     source .gl/gpu_env.sh && python3 benchmarks/muon_phases.py      # the H200: <= 150 s, JSON lines in $OUT
-    python benchmarks/muon_phases.py --dry                          # here: shapes / 8, the emulated kernels
+    python benchmarks/muon_phases.py --dry                          # here: shapes / 16, the emulated kernels
 """
 import argparse
 import json
@@ -189,22 +189,37 @@ def table(rows) -> None:
             by.setdefault(r["variant"], []).append(r)
     torch_ms = median([r["step_ms"] for r in by.get("torch.optim.Muon", [])]) if "torch.optim.Muon" in by else None
     print(f"{'variant':18} {'step_ms':>8} {'vs torch':>8} {'wall_ms':>8} {'one_ms':>8} {'host':>6} {'encode':>6} "
-          f"{'ns':>6} {'gpu':>7} {'gaps':>6}")
+          f"{'ns':>6} {'submit':>6} {'gpu':>7} {'gaps':>6}")
     for name, rs in by.items():
         m = {k: median([r[k] for r in rs]) for k in ("step_ms", "wall_ms", "one_ms", "total_ms", "gaps_ms")
              if all(k in r for r in rs)}
-        h = {k: median([r["host_ms"][k] for r in rs]) for k in ("step", "encode", "ns")} if "host_ms" in rs[0] else {}
+        h = {k: median([r["host_ms"][k] for r in rs]) for k in ("step", "encode", "ns", "submit")} if "host_ms" in rs[0] else {}
         ratio = f"{torch_ms / m['step_ms']:8.2f}" if torch_ms else f"{'-':>8}"
         print(f"{name:18} {m['step_ms']:8.2f} {ratio} " + " ".join(
             f"{v:{w}.2f}" if v is not None else f"{'-':>{w}}" for v, w in (
                 (m.get("wall_ms"), 8), (m.get("one_ms"), 8), (h.get("step"), 6), (h.get("encode"), 6),
-                (h.get("ns"), 6), (m.get("total_ms"), 7), (m.get("gaps_ms"), 6))))
+                (h.get("ns"), 6), (h.get("submit"), 6), (m.get("total_ms"), 7), (m.get("gaps_ms"), 6))))
     for name, rs in by.items():
         if "phases" in rs[0]:
             ph = {k: median([r["phases"][k] for r in rs]) for k in rs[0]["phases"]}
             ns = sum(v for k, v in ph.items() if k.startswith("ns") and "." in k)
             rest = {k: round(v, 3) for k, v in ph.items() if not (k.startswith("ns") and "." in k)}
             print(f"phases {name}: NS GEMMs {ns:.3f} ms; {rest}")
+    decide({k: median([r["step_ms"] for r in rs]) for k, rs in by.items()}, torch_ms)
+
+
+def decide(step: dict, torch_ms) -> None:
+    """The defaults the figures decide."""
+    if "old" in step and "new" in step:
+        print(f"decide: new / old step {step['new'] / step['old']:.3f} (below 1: keep Muon.reuse_records and "
+              "Muon.vec4 on, the defaults)")
+    if "new" in step and "new bk32" in step:
+        print(f"decide: bk32 / bk16 step {step['new bk32'] / step['new']:.3f} (below 0.98: tcns.SM_BASES['B'] "
+              "to K steps of 32)")
+    if torch_ms and step:
+        best = min((v, k) for k, v in step.items() if k != "torch.optim.Muon")
+        print(f"decide: best {best[1]!r} {best[0]:.2f} ms = {torch_ms / best[0]:.2f}x torch.optim.Muon "
+              f"({torch_ms:.2f} ms; issue 24 asks 1.5x)")
 
 
 def main():
@@ -213,10 +228,10 @@ def main():
     ap.add_argument("--steps", type=int, default=20, help="steps in a row for the steady state")
     ap.add_argument("--div", type=int, default=1, help="shrink the matrices by this factor")
     ap.add_argument("--limit", type=float, default=140.0, help="seconds before the run stops itself")
-    ap.add_argument("--dry", action="store_true", help="here: shapes / 8, the emulated kernels, 1 round")
+    ap.add_argument("--dry", action="store_true", help="here: shapes / 16, the emulated kernels, 1 round")
     args = ap.parse_args()
     if args.dry:
-        args.div, args.rounds, args.steps = 8, 1, 3
+        args.div, args.rounds, args.steps = 16, 1, 3
         os.environ["RLX_GPU_GEMM_PATH"] = "emulated"
     rows: list = []
 
@@ -231,9 +246,10 @@ def main():
     out = Path(os.environ.get("OUT", "/tmp"))
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "muon_phases.jsonl", "w") as f:
-        def log(row):
+        def log(row):  # (whole in the file; a round's step figure only on stdout)
             line = json.dumps(row, default=float)
-            print(line, flush=True)
+            short = {k: row[k] for k in ("case", "round", "variant", "step_ms", "error") if k in row}
+            print(line if row["case"] != "round" else json.dumps(short, default=float), flush=True)
             f.write(line + "\n")
             f.flush()
         run(args, log, rows)
