@@ -97,14 +97,16 @@ def host_split(opt, n: int) -> dict:
             finally:
                 spent[_k] += time.perf_counter() - t0
         setattr(opt, meth, timed)
-    opt.device.sync()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        opt.step()
-    whole = time.perf_counter() - t0
-    opt.device.sync()
-    for meth in HOST.values():
-        delattr(opt, meth)
+    try:
+        opt.device.sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            opt.step()
+        whole = time.perf_counter() - t0
+        opt.device.sync()
+    finally:
+        for meth in HOST.values():
+            delattr(opt, meth)
     return {"step": whole / n * 1e3, **{k: v / n * 1e3 for k, v in spent.items()}}
 
 
