@@ -11,10 +11,11 @@ torch.optim.Muon in the same process, the variants and torch alternating round b
   momentum, ns_norm (the partial and whole norms), ns_in (f32 -> f16), ns<i>.A / .B / .X (each GEMM), ns_out
   (f16 -> f32), update; ``gaps_ms`` the time between the passes, ``total_ms`` first start to last end.
 
-Variants: "old" (as main before this change: every step rebuilds the piece records and writes them, and
-the momentum, the update and Newton-Schulz's conversions through 32 x 32 tiles run one element a thread), "new"
-(the records kept while nothing they depend on changes, ``Muon.reuse_records``; the momentum, the update and the
-conversions of the matrices Newton-Schulz does not transpose by vec4s, ``Muon.vec4``; always: the GEMMs' problem
+Variants: "old" (as main before this change: the piece records rebuilt and written every step, the momentum and
+the update one element a thread, every f16 conversion through 32 x 32 tiles, the update reading ns_out's float32
+copy), "new" (the defaults: the records kept while nothing they depend on changes, ``Muon.reuse_records``; the
+momentum, the update and the conversions of the matrices Newton-Schulz does not transpose by vec4s, ``Muon.vec4``;
+their update read straight from Newton-Schulz's float16 result, ``Muon.fuse_out``; in both: the GEMMs' problem
 tables and the conversions' parameters packed once), "new bk32" (also Newton-Schulz's B on K steps of 32:
 ``Muon.ns_bases``).
 
@@ -42,7 +43,7 @@ HOST = {"begin": "_begin_checks", "records": "_step_begin", "encode": "_encode",
 def variants():
     """name -> (Muon attributes set on the instance)."""
     from rlx_gpu.linalg import tc
-    return {"old": {"reuse_records": False, "vec4": False}, "new": {},
+    return {"old": {"reuse_records": False, "vec4": False, "fuse_out": False}, "new": {},
             "new bk32": {"ns_bases": {"B": tc.DEFAULT_SM.with_(bk=32)}}}
 
 

@@ -102,7 +102,7 @@ def _work(dev, jobs, cache, keep):
 
 
 def ns_tc(dev, enc, jobs, ns_steps, coeffs, eps, keep, mode, cache=None, bases=None, sym=True, mark=None,
-          vec4=True) -> None:
+          vec4=True, no_out=()):
     """Record Newton-Schulz (``ns_steps`` of torch.optim.Muon's quintic with ``coeffs`` = (a, b, c), after X /=
     max(|X|_F, eps)) on every :class:`Job`, in place, as dispatches only (``enc``: a command encoder or a
     ``ComputePass``), on the tensor-core GEMM in ``mode`` ("subgroup-matrix" or "emulated"). ``cache``: a dict the
@@ -111,11 +111,15 @@ def ns_tc(dev, enc, jobs, ns_steps, coeffs, eps, keep, mode, cache=None, bases=N
     ``sym=False``: A and B computed whole (an experiment's switch). ``mark(enc, name)``: called where each phase
     begins ("ns_norm", "ns_in", "ns<i>.A" / ".B" / ".X", "ns_out"), for a profiler (``benchmarks/muon_phases.py``).
     ``vec4``: the conversions of batches that are not transposed by vec4s (ns_in4, ns_out4: the same values; False:
-    through 32 x 32 tiles, as the transposed ones; a benchmark's switch)."""
+    through 32 x 32 tiles, as the transposed ones; a benchmark's switch). ``no_out``: jobs left in float16 (no
+    ns_out: the caller reads their result, X = f32(W) / sqrt(n), from the returned buffer at :func:`_layout`'s
+    offset; not transposed jobs only). Returns that buffer (None without jobs)."""
     mark = mark or (lambda enc, name: None)
     jobs = [j for j in jobs if j.batch > 0]
     if not jobs:
-        return
+        return None
+    if any(j.m > j.n for j in no_out):
+        raise ValueError("rlx_gpu.linalg.ns_tc: no_out holds a tall job (its float16 result is transposed)")
     a, b, c = (float(v) for v in coeffs)
     lay, xa, xb, amat, bmat, part = _work(dev, jobs, cache, keep)
     io = [_io(dev, j, at, eps, keep, cache, vec4) for j, at in zip(jobs, lay)]
@@ -134,7 +138,10 @@ def ns_tc(dev, enc, jobs, ns_steps, coeffs, eps, keep, mode, cache=None, bases=N
         _iterate(dev, enc, stages, (xa, xb, amat, bmat), ns_steps, dict(mode=mode, out="f16", keep=keep, cache=cache),
                  mark)
     cur = xa if ns_steps % 2 == 0 else xb
-    _convert(dev, enc, jobs, io, ("ns_out",), cur, part, cache, lambda: mark(enc, "ns_out"))
+    out = [(j, e) for j, e in zip(jobs, io) if j not in no_out]
+    _convert(dev, enc, [j for j, _ in out], [e for _, e in out], ("ns_out",), cur, part, cache,
+             lambda: mark(enc, "ns_out"))
+    return cur
 
 
 def _convert(dev, enc, jobs, io, steps, w, part, cache, mark) -> None:
