@@ -214,8 +214,8 @@ def table(rows) -> None:
 def decide(step: dict, torch_ms) -> None:
     """The defaults the figures decide."""
     if "old" in step and "new" in step:
-        print(f"decide: new / old step {step['new'] / step['old']:.3f} (below 1: keep Muon.reuse_records and "
-              "Muon.vec4 on, the defaults)")
+        print(f"decide: new / old step {step['new'] / step['old']:.3f} (below 1: keep Muon.reuse_records, "
+              "Muon.vec4 and Muon.fuse_out on, the defaults)")
     if "new" in step and "new bk32" in step:
         print(f"decide: bk32 / bk16 step {step['new bk32'] / step['new']:.3f} (below 0.98: tcns.SM_BASES['B'] "
               "to K steps of 32)")
