@@ -51,6 +51,8 @@ def muons(dev, timer, params, rng):
     grads = {k: (rng.standard_normal(v.shape) * 1e-3).astype(np.float32) for k, v in params.items()}
     for o in opts.values():
         o.write_grads(grads)
+        o.step()  # (the compilations out of the first round's probe: else it times 1 step, host latency included)
+    dev.sync()
 
     def step(opt, path=None):
         if path:  # (what "auto" means for float16 work: rlx_gpu.linalg.tc.PATH_ENV)

@@ -5,6 +5,8 @@
 //   ns_norm: P[p_off + batch chunks + z] = scale / max(sqrt(sum over c of P[p_off + z chunks + c]), eps)
 //   ns_in:   W = f16(X * that factor), a 32 x 32 tile a workgroup (through workgroup memory: transposed if trans)
 //   ns_out:  X = f32(W) / scale, the same tiles the other way
+//   ns_in4, ns_out4: ns_in and ns_out for a batch that is not transposed, 4 elements a thread by vec4 loads and stores
+//            (X4, W4: X and W as vec4s; count, x_off and w_off multiples of 4): the same values
 //   to_f16:  W[w_off + i] = f16(X[x_off + i] * scale) for i < count (any float32 data: tcns.to_f16)
 // The parameter struct NsIo (rlx_gpu/linalg/tcns.py: NS_IO) is declared after this text when it is compiled.
 enable f16;
@@ -13,6 +15,8 @@ enable f16;
 @group(0) @binding(1) var<storage, read_write> W: array<f16>;
 @group(0) @binding(2) var<storage, read_write> P: array<f32>;
 @group(0) @binding(3) var<storage, read> p: NsIo;
+@group(0) @binding(4) var<storage, read_write> X4: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> W4: array<vec4<f16>>;
 
 // #include "matrix_common.wgsl"
 
@@ -95,6 +99,23 @@ fn ns_out(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         let r = at.y + k / 32u; let c = at.z + k % 32u;
         if (r < p.rows && c < p.cols) { X[xb + r * p.cols + c] = T[(k / 32u) * 33u + k % 32u] / p.scale; }
     }
+}
+
+@compute @workgroup_size(256)
+fn ns_in4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let q = flat_index(wid, nwg, lid);
+    if (q >= p.batch * (p.count / 4u)) { return; }
+    let f = P[p.p_off + p.batch * p.chunks + q / (p.count / 4u)];
+    W4[p.w_off / 4u + q] = vec4<f16>(X4[p.x_off / 4u + q] * f);
+}
+
+@compute @workgroup_size(256)
+fn ns_out4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let q = flat_index(wid, nwg, lid);
+    if (q >= p.batch * (p.count / 4u)) { return; }
+    X4[p.x_off / 4u + q] = vec4<f32>(W4[p.w_off / 4u + q]) / p.scale;
 }
 
 @compute @workgroup_size(256)

@@ -252,6 +252,41 @@ def test_to_f16_then_the_gemm(device):
     assert np.abs(got - ref).max() <= TOL[("emulated", "f32")] * np.abs(ref).max()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("ns_dtype,cap", [("float16", None), ("float32", None), ("float16", 32768)])
+def test_muon_step_switches_change_no_bit(ns_dtype, cap, device, monkeypatch):
+    """Muon (float16 Newton-Schulz emulated, and float32) with its records kept, its vec4 kernels and the update
+    from Newton-Schulz's float16 result (the defaults) against the same optimizer with all three off (main's way), bit for bit over 4 steps with an lr change and a missing
+    grad: wide, tall and odd-sized matrices (the last keep the scalar kernels and the 32 x 32 tiles); the vec4
+    kernels and the fused update do run where they may (the elementwise ones on the sizes that are multiples of 4,
+    the conversions and the fused update on the wide ones); with bindings capped at 32 KiB, the tensors in several chunks."""
+    _needs_f16(device)
+    import rlx_gpu
+    from rlx_gpu.linalg import tcns
+    monkeypatch.setenv(tc.PATH_ENV, "emulated")
+    rng = np.random.default_rng(13)
+    shapes = {"w": (48, 80), "t": (80, 48), "o": (5, 7), "w2": (48, 80)}
+    params = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    dev = device.with_binding_cap(cap) if cap else device
+    new, old = (rlx_gpu.Muon(params, lr=0.02, ns_dtype=ns_dtype, device=dev) for _ in range(2))
+    old.reuse_records, old.vec4, old.fuse_out = False, False, False
+    chunks = {(id(b), c) for b, i in new._where for c, *_ in b.layout.pieces[i]}
+    assert len(chunks) >= 2 if cap else len(chunks) == 1
+    for s in range(4):
+        g = {k: rng.standard_normal(v).astype(np.float32) for k, v in shapes.items() if (s, k) != (2, "w2")}
+        for o in (new, old):
+            o.set_lr(0.02 if s < 2 else 0.01)
+            o.step(g)
+    for k in shapes:
+        assert np.array_equal(new.params[k].numpy(), old.params[k].numpy()), k
+    vec = {(shape, row[4], row[5]) for shape, *_, rows in new._jobs_kept[1] for row in rows}
+    f16 = ns_dtype == "float16"
+    assert vec == {((48, 80), True, f16), ((80, 48), True, False), ((5, 7), False, False)}
+    for (m, n), entry in (((48, 80), "ns_in4"), ((80, 48), "ns_in"), ((5, 7), "ns_in")):
+        job = tcns.Job(None, 0, 2, m, n)
+        assert tcns._io(device, job, tcns._layout([job])[0][0], 1e-7, [], None)[1]["ns_in"][0] == entry, (m, n)
+
+
 def test_shipped_shaders_read_no_positional_words():
     """Every shipped kernel reads its parameters by name (runtime/params.py structs and declared constants): no
     ``prm[n]`` anywhere, and the QAT export's atomic words (``qat_w``) through their declared constants only."""

@@ -197,6 +197,30 @@ def tc_gemm_grouped(dev, enc, a, b, c, problems, *, mode, ta=False, tb=False, d=
     if cfg.groups != len(problems) or (cfg.sym and not sym):
         raise ValueError(f"rlx_gpu.linalg: config {cfg.name()} is for {cfg.groups} problem(s), sym={cfg.sym}; "
                          f"given {len(problems)}, sym={sym}")
+    pbuf, first = _grouped_params(dev, problems, cfg, ta, tb, keep, cache)
+    k = cache.get(("gemm_tc", cfg)) if cache is not None else None
+    if k is None:  # (get_kernel hashes the source text: a caller's cache skips that from the second call)
+        k = get_kernel(dev, f"gemm_tc:{cfg.name()}", source(cfg), ENTRY)
+        if cache is not None:
+            cache[("gemm_tc", cfg)] = k
+    bufs = {"A": a, "B": b, "C": c, "p": pbuf, "P": pbuf}
+    if d is not None:
+        bufs["D"] = d
+    k.dispatch(enc, _bind(k, cache, bufs), first)
+    return cfg
+
+
+def _grouped_params(dev, problems, cfg: TcConfig, ta, tb, keep, cache) -> tuple:
+    """The grouped dispatch's parameter buffer (a table of the problems) and its workgroup count; from ``cache``
+    when the same problems were packed before (Newton-Schulz's, every step: packed once)."""
+    key = ("gemm_tc.table", tuple(problems), cfg, ta, tb)
+    try:
+        hit = cache.get(key) if cache is not None else None
+    except TypeError:  # (a problem given lists, not tuples: packed every time)
+        cache = None
+        hit = None
+    if hit is not None:
+        return hit
     words, first = [], 0
     for q in problems:
         lda, ldb, ldc, sa, sb, sc = q.dims(ta, tb)
@@ -208,17 +232,10 @@ def tc_gemm_grouped(dev, enc, a, b, c, problems, *, mode, ta=False, tb=False, d=
                                       d_bs=sc, lda=lda, ldb=ldb, ldc=ldc, ldd=ldc, alpha=q.alpha, beta=q.beta,
                                       first=first))
         first += tiles * q.batch
-    pbuf = _prm(dev, np.concatenate(words), "gemm_tc.prm", keep, cache)
-    k = cache.get(("gemm_tc", cfg)) if cache is not None else None
-    if k is None:  # (get_kernel hashes the source text: a caller's cache skips that from the second call)
-        k = get_kernel(dev, f"gemm_tc:{cfg.name()}", source(cfg), ENTRY)
-        if cache is not None:
-            cache[("gemm_tc", cfg)] = k
-    bufs = {"A": a, "B": b, "C": c, "p": pbuf, "P": pbuf}
-    if d is not None:
-        bufs["D"] = d
-    k.dispatch(enc, _bind(k, cache, bufs), first)
-    return cfg
+    hit = (_prm(dev, np.concatenate(words), "gemm_tc.prm", keep, cache), first)
+    if cache is not None:
+        cache[key] = hit
+    return hit
 
 
 def as_f16_buffer(dev, x: np.ndarray, label: str):

@@ -101,23 +101,30 @@ def _work(dev, jobs, cache, keep):
     return work
 
 
-def ns_tc(dev, enc, jobs, ns_steps, coeffs, eps, keep, mode, cache=None, bases=None, sym=True) -> None:
+def ns_tc(dev, enc, jobs, ns_steps, coeffs, eps, keep, mode, cache=None, bases=None, sym=True, mark=None,
+          vec4=True, no_out=()):
     """Record Newton-Schulz (``ns_steps`` of torch.optim.Muon's quintic with ``coeffs`` = (a, b, c), after X /=
     max(|X|_F, eps)) on every :class:`Job`, in place, as dispatches only (``enc``: a command encoder or a
     ``ComputePass``), on the tensor-core GEMM in ``mode`` ("subgroup-matrix" or "emulated"). ``cache``: a dict the
     caller keeps from step to step (work buffers, parameter buffers, bind groups made once). ``bases``: the kernel
     configuration to start from per stage ("A", "B", "X"), where not :data:`SM_BASES`' / ``tc.choose_config``'s;
-    ``sym=False``: A and B computed whole (an experiment's switch)."""
+    ``sym=False``: A and B computed whole (an experiment's switch). ``mark(enc, name)``: called where each phase
+    begins ("ns_norm", "ns_in", "ns<i>.A" / ".B" / ".X", "ns_out"), for a profiler (``benchmarks/muon_phases.py``).
+    ``vec4``: the conversions of batches that are not transposed by vec4s (ns_in4, ns_out4: the same values; False:
+    through 32 x 32 tiles, as the transposed ones; a benchmark's switch). ``no_out``: jobs left in float16 (no
+    ns_out: the caller reads their result, X = f32(W) / sqrt(n), from the returned buffer at :func:`_layout`'s
+    offset; not transposed jobs only). Returns that buffer (None without jobs)."""
+    mark = mark or (lambda enc, name: None)
     jobs = [j for j in jobs if j.batch > 0]
     if not jobs:
-        return
+        return None
+    if any(j.m > j.n for j in no_out):
+        raise ValueError("rlx_gpu.linalg.ns_tc: no_out holds a tall job (its float16 result is transposed)")
     a, b, c = (float(v) for v in coeffs)
     lay, xa, xb, amat, bmat, part = _work(dev, jobs, cache, keep)
-    io = [_io(dev, j, at, eps, keep, cache) for j, at in zip(jobs, lay)]
-    for entry in ("ns_part", "ns_norm", "ns_in"):
-        k = _kernel(dev, entry)
-        for j, (prm, groups) in zip(jobs, io):
-            k.dispatch(enc, _bind(k, cache, {"X": j.x, "W": xa, "P": part, "p": prm}), groups[entry])
+    io = [_io(dev, j, at, eps, keep, cache, vec4) for j, at in zip(jobs, lay)]
+    _convert(dev, enc, jobs, io, ("ns_part", "ns_norm"), xa, part, cache, lambda: mark(enc, "ns_norm"))
+    _convert(dev, enc, jobs, io, ("ns_in",), xa, part, cache, lambda: mark(enc, "ns_in"))
     bases = bases or {}
     for k0 in range(0, len(jobs), MAX_GROUPS):
         sl = slice(k0, k0 + MAX_GROUPS)
@@ -128,15 +135,40 @@ def ns_tc(dev, enc, jobs, ns_steps, coeffs, eps, keep, mode, cache=None, bases=N
             stages = _stages(dev, jobs[sl], lay[sl], (a, b, c), mode, bases, sym)
             if cache is not None:
                 cache[key] = stages
-        _iterate(dev, enc, stages, (xa, xb, amat, bmat), ns_steps, dict(mode=mode, out="f16", keep=keep, cache=cache))
+        _iterate(dev, enc, stages, (xa, xb, amat, bmat), ns_steps, dict(mode=mode, out="f16", keep=keep, cache=cache),
+                 mark)
     cur = xa if ns_steps % 2 == 0 else xb
-    k = _kernel(dev, "ns_out")
-    for j, (prm, groups) in zip(jobs, io):
-        k.dispatch(enc, _bind(k, cache, {"X": j.x, "W": cur, "P": part, "p": prm}), groups["ns_out"])
+    out = [(j, e) for j, e in zip(jobs, io) if j not in no_out]
+    _convert(dev, enc, [j for j, _ in out], [e for _, e in out], ("ns_out",), cur, part, cache,
+             lambda: mark(enc, "ns_out"))
+    return cur
 
 
-def _io(dev, j: Job, at, eps, keep, cache):
-    """The conversion kernels' parameter buffer for job ``j`` and their workgroup counts."""
+def _convert(dev, enc, jobs, io, steps, w, part, cache, mark) -> None:
+    """The conversion kernels ``steps`` (each on every job in turn; :func:`_io`'s entry points) after ``mark()``,
+    between the jobs' float32 matrices and the float16 work buffer ``w``."""
+    mark()
+    kernels: dict = {}
+    for step in steps:
+        for j, (prm, entries) in zip(jobs, io):
+            entry, groups = entries[step]
+            k = kernels.get(entry) or kernels.setdefault(entry, _kernel(dev, entry))
+            k.dispatch(enc, _bind(k, cache, {"X": j.x, "W": w, "X4": j.x, "W4": w, "P": part, "p": prm}), groups)
+
+
+def _io(dev, j: Job, at, eps, keep, cache, vec4=True):
+    """The conversion kernels' parameter buffer for job ``j`` and per step (ns_part, ns_norm, ns_in, ns_out) the
+    entry point and its workgroup count (kept in ``cache``)."""
+    key = ("tcns.io", j, tuple(at), eps, vec4)
+    hit = cache.get(key) if cache is not None else None
+    if hit is None:
+        hit = _io_new(dev, j, at, eps, keep, cache, vec4)
+        if cache is not None:
+            cache[key] = hit
+    return hit
+
+
+def _io_new(dev, j: Job, at, eps, keep, cache, vec4):
     xo, _, po, chunks, ch = at
     tall = j.m > j.n
     tiles_r, tiles_c = -(-j.m // _TILE), -(-j.n // _TILE)
@@ -144,8 +176,10 @@ def _io(dev, j: Job, at, eps, keep, cache):
                        chunks=chunks, ch=ch, trans=int(tall), tiles_c=tiles_c, tiles=tiles_r * tiles_c, eps=eps,
                        scale=float(np.sqrt(max(j.m, j.n))))
     tiles = j.batch * tiles_r * tiles_c
+    flat = vec4 and not tall and j.m * j.n % 4 == 0 and j.offset % 4 == 0  # (xo: a multiple of 8)
+    conv = {e: (e + "4", -(-j.batch * j.m * j.n // 1024)) if flat else (e, tiles) for e in ("ns_in", "ns_out")}
     return (_prm(dev, words, "tcns.prm", keep, cache),
-            {"ns_part": j.batch * chunks, "ns_norm": j.batch, "ns_in": tiles, "ns_out": tiles})
+            {"ns_part": ("ns_part", j.batch * chunks), "ns_norm": ("ns_norm", j.batch), **conv})
 
 
 def _stages(dev, jobs, lay, coeffs, mode, bases, sym=True) -> list:
@@ -176,13 +210,16 @@ def stage_configs(dev, jobs, mode, bases=None, sym=True) -> dict:
     return {st: cfg for st, _, _, cfg in _stages(dev, jobs, lay, (1.0, 1.0, 1.0), mode, bases, sym)}
 
 
-def _iterate(dev, enc, stages, bufs, ns_steps, gemm) -> None:
+def _iterate(dev, enc, stages, bufs, ns_steps, gemm, mark) -> None:
     """The ``ns_steps`` steps, each stage one grouped GEMM (:func:`_stages`)."""
     xa, xb, amat, bmat = bufs
     (_, pa, oa, ca), (_, pb, ob, cb), (_, px, ox, cx) = stages
     cur, other = xa, xb
-    for _ in range(ns_steps):
+    for i in range(ns_steps):
+        mark(enc, f"ns{i}.A")
         tc_gemm_grouped(dev, enc, cur, cur, amat, pa, config=ca, **oa, **gemm)
+        mark(enc, f"ns{i}.B")
         tc_gemm_grouped(dev, enc, amat, amat, bmat, pb, d=amat, config=cb, **ob, **gemm)
+        mark(enc, f"ns{i}.X")
         tc_gemm_grouped(dev, enc, bmat, cur, other, px, d=cur, config=cx, **ox, **gemm)
         cur, other = other, cur

@@ -120,6 +120,7 @@ class ComputePass:
     check, with no host round trip). Call :meth:`end` before using the encoder for anything else."""
 
     def __init__(self, encoder, args_buffer=None, base: int = 0, capacity: int = 0):
+        self.encoder = encoder
         self.compute = encoder.begin_compute_pass()
         self.args_buffer, self._base, self._cap = args_buffer, base, capacity
         self.gated = False
@@ -134,6 +135,12 @@ class ComputePass:
 
     def end(self) -> None:
         self.compute.end()
+
+    def split(self, **pass_args) -> None:
+        """End the current pass and continue in a new one on the same encoder, begun with ``pass_args`` (e.g.
+        ``timestamp_writes``: a profiler timing the phases of a step, ``benchmarks/muon_phases.py``)."""
+        self.compute.end()
+        self.compute = self.encoder.begin_compute_pass(**pass_args)
 
     def resume(self, encoder) -> "ComputePass":
         """A new pass on ``encoder`` that continues this ended one (its indirect arguments and their buffer)."""

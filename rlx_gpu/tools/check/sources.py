@@ -136,7 +136,7 @@ def _plain_files(d) -> list:
     wg, ept = COPY_VARIANTS[0]
     out = []
     for f, consts in (("amp.wgsl", {}), ("copy.wgsl", {"WG": wg, "EPT": ept}), ("sparse.wgsl", {}), ("gemm.wgsl", {}),
-                      ("muon.wgsl", {}), ("topk.wgsl", {"EF": True}), ("topk.wgsl", {"EF": False}),
+                      ("muon.wgsl", {}), ("muon16.wgsl", {}), ("topk.wgsl", {"EF": True}), ("topk.wgsl", {"EF": False}),
                       ("topk_rebuild.wgsl", {}), ("stiefel.wgsl", {}), ("partition.wgsl", {}),
                       ("soap.wgsl", {}), ("kron.wgsl", {}), ("gemm16.wgsl", {}),
                       ("factor.wgsl", {}), ("householder.wgsl", {}), ("basis.wgsl", {}), ("half.wgsl", {}),
