@@ -113,7 +113,7 @@ class GateMixin:
         run.key = rk  # (equal; the quick path compares by identity)
         tb = self._rtable
         if tb.key != key or run.row + run.u >= tb.rows:  # a new table from the run's base (the live state)
-            rows = run.u + 1 + (ROWS_AHEAD if tb.key == key or tb.served > 1 else 0)
+            rows = run.u + 1 + (self._rows_after(tb, key, ROWS_AHEAD) if tb.key == key or tb.served > 1 else 0)
             self._rtable, self._rrow, run.row = self._new_table(key, active, rows), 0, 0
             self._upload_table(self._rtable, 0)
 
