@@ -59,17 +59,26 @@ def test_classes_of_alike_tensors(device):
     assert len(opt._fill_classes(sel, steps, fresh)[0]) == 4
 
 
-def test_tables_of_a_steady_run_grow(device):
-    """A run that uses its tables makes longer ones (up to MAX_ROWS); a changed hyperparameter starts over."""
+@pytest.mark.parametrize("kw", [{}, {"skip_nonfinite": True}], ids=str)
+def test_tables_of_a_steady_run_grow(kw, device):
+    """A run that uses its tables makes longer ones, each twice the last (up to MAX_ROWS); a changed
+    hyperparameter starts over."""
+    from rlx_gpu.engine.gating import LOG
     from rlx_gpu.engine.tables import MAX_ROWS, ROWS
-    opt = rlx_gpu.AdamW(make_params(SIZES, seed=35), device=device)
-    rows = []
-    for s in range(400):
-        if s == 300:
+    opt = rlx_gpu.AdamW(make_params(SIZES, seed=35), device=device, **kw)
+    opt.write_grads(grads_at(make_params(SIZES, seed=35), 0, False))
+    tables = []
+    for s in range(1010):
+        if s == 1000:
             opt.set_lr(5e-4)
         opt.step()
-        rows.append(opt._rtable.rows)
-    assert rows[0] == ROWS and max(rows[:300]) == MAX_ROWS and rows[300] == ROWS
+        if not tables or opt._rtable is not tables[-1][0]:
+            tables.append((opt._rtable, s))
+    rows, at = [tb.rows for tb, _ in tables], [s for _, s in tables]  # (a checked table: + its unsettled steps)
+    steady = rows[:at.index(1000)]
+    assert steady[0] == ROWS and all(2 * a <= b for a, b in zip(steady[:3], steady[1:4])), rows
+    assert MAX_ROWS <= max(steady) <= MAX_ROWS + LOG and len(steady) <= 6, rows
+    assert rows[len(steady)] <= ROWS + LOG, rows  # (a changed hyperparameter: a short table again)
 
 
 def _change(o, s: int) -> None:

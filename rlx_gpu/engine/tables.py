@@ -21,7 +21,7 @@ from ..core.groups import MAX_STEP, scaled
 from ..core.lowp import step_keys
 
 ROWS = 32                 # rows of a table (fewer when the hyperparameters change every step, or for many tensors)
-MAX_ROWS = 128            # rows of the tables of a steady run (each twice its predecessor's, from ROWS)
+MAX_ROWS = 512            # rows of the tables of a steady run (each twice its predecessor's, from ROWS)
 MAX_TABLE_BYTES = 4 << 20
 NONE = frozenset()
 
