@@ -8,6 +8,11 @@ mu_product) have advanced ``a`` times. So a :class:`RecordTable` holds the hyper
 once, computed in one vectorised ``fill`` over a (rows x tensors) grid: row ``a`` is the step taken after ``a``
 applied ones. An unchecked step writes its row; a checked step's row is picked on the device by its count of
 applied steps (``shaders/gate.wgsl``), so recording a step never needs the outcome of an earlier one.
+
+A table costs little per row: a ``by_step`` fill runs once per class of alike tensors (same group, lr scale, step
+counts, fresh state), and every row is the first row with only the words that vary between rows written over it
+(Adam's bias corrections). The tables of a steady run grow (each twice the last, up to MAX_ROWS), so the general
+step that makes one, and a checked run's upload of it, are shared by more steps. PERF_NOTES.md 58.
 """
 from __future__ import annotations
 
