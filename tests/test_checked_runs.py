@@ -23,7 +23,7 @@ def skip_pattern(steps: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     bad = rng.random(steps) < 0.25
     bad[:3] = True
-    bad[40:61] = True
+    bad[40:80] = True
     return bad
 
 

@@ -5,5 +5,6 @@ from .codegen import Pass
 from .joint import StepGroup
 from .optimizer import Optimizer
 from .records import Record
+from .tables import by_step
 
-__all__ = ["Optimizer", "Pass", "Record", "StepGroup"]
+__all__ = ["Optimizer", "Pass", "Record", "StepGroup", "by_step"]

@@ -19,7 +19,7 @@ from ..runtime.kernels import get_kernel
 from ..runtime.params import Params, declare
 from .codegen import engine_module
 
-LOG = 64  # the outcome log's entries (a ring, indexed by the step counter)
+LOG = 128  # the outcome log's entries (a ring, indexed by the step counter; more than 3 x outcome_every)
 #: The gate buffer (shaders/gate.wgsl ``gate``), by name: the last step's skip flag, the steps applied, the steps
 #: run (both counters wrap at 2^32), set when a step found no row for its applied count, the skip flag of step j at
 #: ``log[j % LOG]``; then ``args``: the later dispatches' arguments (3 words each), then their pristine copy.
@@ -80,7 +80,7 @@ class Run:
 class GateMixin:
     """Checked runs, settling their outcomes, and the gate passes of the GPU optimizers."""
 
-    outcome_every = 16  # a checked step's outcomes are copied back every this many steps (1: every step)
+    outcome_every = 32  # a checked step's outcomes are copied back every this many steps (1: every step)
 
     def _init_gate(self) -> None:
         self._run: Run | None = None
@@ -113,7 +113,7 @@ class GateMixin:
         run.key = rk  # (equal; the quick path compares by identity)
         tb = self._rtable
         if tb.key != key or run.row + run.u >= tb.rows:  # a new table from the run's base (the live state)
-            rows = run.u + 1 + (ROWS_AHEAD if tb.key == key or tb.served > 1 else 0)
+            rows = run.u + 1 + (self._rows_after(tb, key, ROWS_AHEAD) if tb.key == key or tb.served > 1 else 0)
             self._rtable, self._rrow, run.row = self._new_table(key, active, rows), 0, 0
             self._upload_table(self._rtable, 0)
 

@@ -8,6 +8,11 @@ mu_product) have advanced ``a`` times. So a :class:`RecordTable` holds the hyper
 once, computed in one vectorised ``fill`` over a (rows x tensors) grid: row ``a`` is the step taken after ``a``
 applied ones. An unchecked step writes its row; a checked step's row is picked on the device by its count of
 applied steps (``shaders/gate.wgsl``), so recording a step never needs the outcome of an earlier one.
+
+A table costs little per row: a ``by_step`` fill runs once per class of alike tensors (same group, lr scale, step
+counts, fresh state), and every row is the first row with only the words that vary between rows written over it
+(Adam's bias corrections). The tables of a steady run grow (each twice the last, up to MAX_ROWS), so the general
+step that makes one, and a checked run's upload of it, are shared by more steps. PERF_NOTES.md 61.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from ..core.groups import MAX_STEP, scaled
 from ..core.lowp import step_keys
 
 ROWS = 32                 # rows of a table (fewer when the hyperparameters change every step, or for many tensors)
+MAX_ROWS = 512            # rows of the tables of a steady run (each twice its predecessor's, from ROWS)
 MAX_TABLE_BYTES = 4 << 20
 NONE = frozenset()
 
@@ -54,6 +60,15 @@ def unchanged(groups: list, seen: list) -> bool:
                 return False
             snap[i] = (x, r, _fixed(x))  # (the same value in a new object: compared by identity next time)
     return True
+
+
+def by_step(fill):
+    """Marks an optimizer's ``fill`` whose results for a tensor depend only on its group, its lr scale, its step
+    count and its fresh state buffers (not on which tensor it is): a table's ``fill`` then runs once per class of
+    tensors alike in those, its results spread to every tensor of the class (bit for bit: fill is elementwise).
+    A subclass that overrides ``fill`` marks its own."""
+    fill.by_step = True
+    return fill
 
 
 class HostState(NamedTuple):
@@ -92,7 +107,10 @@ class RecordTable:
 
     def holds(self, a: int, steps, scalars: dict, materialized: list) -> bool:
         """Whether a host state is this table's state after ``a`` applied steps (so row ``a`` is its next step)."""
-        if a >= self.rows or steps.shape != self.base.steps.shape or not (steps == self.steps[a]).all():
+        if a >= self.rows:
+            return False
+        row = self.steps[a]  # (int64 both: equal bytes are equal counts, and the compare is 5x cheaper)
+        if steps.dtype != row.dtype or steps.shape != row.shape or steps.tobytes() != row.tobytes():
             return False
         return materialized == self.materialized(a) and all(np.array_equal(v, self.scalars[a][k])
                                                             for k, v in scalars.items())
@@ -165,42 +183,87 @@ class TableMixin:
     def _records_rows(self, active, steps, fresh0, mat, device_scale=False) -> np.ndarray:
         """(R, words) for R steps at once: row r with step counts ``steps[r]`` (an (R, n) array), the fresh state
         buffers ``fresh0`` in row 0 (none after), ``mat`` the state buffers each tensor has in them. One ``fill``
-        per group over the R x n grid (fill is elementwise over its tensors)."""
+        per group over the R x n grid (fill is elementwise over its tensors; a ``by_step`` fill over its classes of
+        alike tensors), packed per group; every row is the first row's records with the words that vary between
+        rows (the step-dependent ones: a bias correction, a fresh state's flag) written over them."""
         R, n = steps.shape
-        rec = self.record
-        cols, flags = {}, np.zeros((R, n), np.uint32)
+        rec, w = self.record, self.record.tensor.offset
         t_all = np.maximum(steps, 1).astype(np.float64)
-        for g, sel in zip(self.param_groups, self._group_members):
-            m = len(sel)
-            if not m:
-                continue
-            rs = np.tile(sel, R) if R > 1 else sel
-            fr = [fresh0[t] for t in sel] + [NONE] * (m * (R - 1))
-            c, f = self.fill(scaled(g, self._scale[rs], self.spec.lr_keys), t_all[:, sel].reshape(-1), fr, rs)
-            for k, v in c.items():
-                v = np.asarray(v)
-                if m == n:  # (one group holds every tensor: its columns as they are)
-                    cols[k] = v
-                else:
-                    cols.setdefault(k, np.zeros((R, n)))[:, sel] = v.reshape(R, m) if v.ndim else v
-            flags[:, sel] = rec.flags(R * m, dict(f, maximize=bool(g.get("maximize", False)))).reshape(R, m)
+        parts = [(sel, *self._group_records(g, sel, steps, t_all, fresh0))
+                 for g, sel in zip(self.param_groups, self._group_members) if len(sel)]
+        vary = np.zeros(rec.size, bool)
+        base = np.empty((n, rec.size), np.uint32)
+        for sel, small, inv in parts:
+            vary |= (small != small[:1]).any(axis=(0, 1))
+            base[sel] = small[0, inv]
+        bits = self._tensor_bits(active, mat)
+        base[:, w["flags"]] |= bits
+        base[:, w["first_block"]], base[:, w["num_blocks"]] = self._first_block, self._num_blocks
+        out = np.empty((R, (n + 1) * rec.size), np.uint32)
+        recs = out[:, :n * rec.size].reshape(R, n, rec.size)
+        recs[:] = base
+        for c in np.flatnonzero(vary).tolist():
+            for sel, small, inv in parts:
+                recs[:, sel, c] = small[:, inv, c] | bits[sel] if c == w["flags"] else small[:, inv, c]
+        if self._sr.any():
+            recs[:, :, w["rkey"]] = step_keys(self.precision["rounding_seed"], steps, self._name_hash)
+        out[:, n * rec.size:] = rec.pack_global(grad_mul=self._grad_mul, inv_scale=1.0, norm_p=2.0,  # (a device
+                                                max_norm=self.clip_grad_norm if self.clip_grad_norm is not None  # loss
+                                                else 0.0, device_scale=1 if device_scale else 0)  # scale sets both)
+        return out
+
+    def _tensor_bits(self, active, mat) -> np.ndarray:
+        """The flags every row of a table sets per tensor: master, sr, active and one per state buffer it has."""
         key = tuple(mat)
         if key not in self._has_bits:
             if len(self._has_bits) > 64:
                 self._has_bits.clear()
-            self._has_bits[key] = rec.flags(n, {f"has_{s}": [s in m for m in mat] for s in self.arena_states})
-        flags |= self._static_bits | self._has_bits[key] | (active.astype(np.uint32) * np.uint32(rec.bit["active"]))
-        words = {"first_block": np.tile(self._first_block, R), "num_blocks": np.tile(self._num_blocks, R)}
-        if self._sr.any():
-            words["rkey"] = step_keys(self.precision["rounding_seed"], steps, self._name_hash).reshape(-1)
-        recs = rec.pack(R * n, {k: v.reshape(-1) if v.ndim else v for k, v in cols.items()}, flags.reshape(-1), words)
-        glob = rec.pack_global(grad_mul=self._grad_mul, inv_scale=1.0, norm_p=2.0,  # (a device loss scale sets both)
-                               max_norm=self.clip_grad_norm if self.clip_grad_norm is not None else 0.0,
-                               device_scale=1 if device_scale else 0)
-        out = np.empty((R, (n + 1) * rec.size), np.uint32)
-        out[:, :n * rec.size] = recs.reshape(R, -1)
-        out[:, n * rec.size:] = glob
-        return out
+            self._has_bits[key] = self.record.flags(len(mat), {f"has_{s}": [s in m for m in mat]
+                                                               for s in self.arena_states})
+        return self._static_bits | self._has_bits[key] | (active.astype(np.uint32) *
+                                                          np.uint32(self.record.bit["active"]))
+
+    def _group_records(self, g, sel, steps, t_all, fresh0) -> tuple:
+        """(R, k, REC) records from fill of group ``g``'s tensors ``sel`` (k = len(sel)) or of its k classes,
+        without the per-tensor words; and ``inv``, which maps each tensor of ``sel`` to its record."""
+        R = len(steps)
+        reps, inv = self._fill_classes(sel, steps, fresh0)
+        inv = np.arange(len(sel)) if inv is None else inv
+        k = len(reps)
+        rs = np.tile(reps, R) if R > 1 else reps
+        fr = [fresh0[t] for t in reps] + [NONE] * (k * (R - 1))
+        c, f = self.fill(scaled(g, self._scale[rs], self.spec.lr_keys), t_all[:, reps].reshape(-1), fr, rs)
+        flags = self.record.flags(R * k, dict(f, maximize=bool(g.get("maximize", False))))
+        return self.record.pack(R * k, {a: np.asarray(v).reshape(-1) if np.ndim(v) else v for a, v in c.items()},
+                                flags, {}).reshape(R, k, -1), inv
+
+    @staticmethod
+    def _rows_after(tb, key: tuple, rows: int) -> int:
+        """Rows of the next table of a run after ``tb``: ``rows``, twice ``tb``'s (up to MAX_ROWS) when the run used
+        most of ``tb`` (a steady run: a table's cost, much of it fixed, is shared by more steps), one when the key
+        changed after a table served at most one step (hyperparameters that change every step)."""
+        if tb is None:
+            return rows
+        if tb.key != key:
+            return rows if tb.served > 1 else 1
+        return max(rows, min(2 * tb.rows, MAX_ROWS)) if 2 * tb.served >= tb.rows else rows
+
+    def _fill_classes(self, sel, steps, fresh0) -> tuple:
+        """A ``by_step`` fill's classes among a group's tensors ``sel``: the tensors with the same lr scale (bit
+        for bit), step counts in every row and fresh state buffers get the same records from fill, so fill runs on
+        one of each (``reps``) and ``inv`` maps each tensor of ``sel`` to its class (None: every tensor its own)."""
+        if len(sel) < 2 or not getattr(type(self).fill, "by_step", False):
+            return sel, None
+        if fresh0.count(NONE) == len(fresh0):
+            codes = np.zeros((len(sel), 1), np.int64)
+        else:
+            ids: dict = {}
+            codes = np.array([[ids.setdefault(fresh0[t], len(ids))] for t in sel.tolist()], np.int64)
+        keys = np.concatenate([self._scale[sel].view(np.int64)[:, None], codes, steps[:, sel].T], axis=1)
+        if (keys == keys[0]).all():
+            return sel[:1], np.zeros(len(sel), np.intp)
+        _, first, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        return (sel, None) if len(first) == len(sel) else (sel[first], inv.reshape(-1))
 
     def _plain_row(self, key: tuple, active) -> tuple[RecordTable, int]:
         """The table and row of the next step from the live host state (a new table when the key changed, the
@@ -208,6 +271,6 @@ class TableMixin:
         tb = self._rtable
         if tb is not None and tb.key == key and tb.holds(self._rrow, self._steps, self._scalars, self._materialized):
             return tb, self._rrow
-        rows = ROWS if tb is None or tb.key == key or tb.served > 1 else 1  # (hyperparameters changing every step)
+        rows = self._rows_after(tb, key, ROWS)
         self._rtable, self._rrow = self._new_table(key, active, rows), 0
         return self._rtable, 0

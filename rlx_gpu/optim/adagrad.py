@@ -1,7 +1,7 @@
 """Adagrad on the GPU: ``shaders/adagrad.wgsl``'s update function on the engine's elementwise driver."""
 from __future__ import annotations
 
-from ..engine import Optimizer, Pass
+from ..engine import Optimizer, Pass, by_step
 from ..reference import adagrad as ref
 
 
@@ -26,6 +26,7 @@ class Adagrad(Optimizer):
     flags = ("l2",)
     passes = (Pass("step", fn="update", reads=("sum",), writes=("sum",)),)
 
+    @by_step
     def fill(self, g, t, fresh, sel):
         cols = dict(wd=g["weight_decay"], neg_clr=-(g["lr"] / (1 + (t - 1) * g["lr_decay"])), eps=g["eps"])
         return cols, dict(l2=g["weight_decay"] != 0)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import Optimizer, Pass
+from ..engine import Optimizer, Pass, by_step
 from ..reference import adam as ref
 
 STATES = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
@@ -31,6 +31,7 @@ class Adam(Optimizer):
     flags = ("amsgrad", "decoupled", "l2")
     passes = (Pass("step", fn="update", reads=STATES, writes=STATES),)
 
+    @by_step
     def fill(self, g, t, fresh, sel):
         lr, (b1, b2), wd = g["lr"], g["betas"], g["weight_decay"]
         cols = dict(decay=1 - lr * wd, wd=wd, omb1=1 - b1, b2=b2, omb2=1 - b2, neg_step=-lr / (1 - b1 ** t),

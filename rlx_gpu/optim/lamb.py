@@ -2,7 +2,7 @@
 tensor, the update) on the engine's elementwise and per-tensor drivers."""
 from __future__ import annotations
 
-from ..engine import Optimizer, Pass
+from ..engine import Optimizer, Pass, by_step
 from ..reference import lamb as ref
 
 STATES = ("exp_avg", "exp_avg_sq")
@@ -36,6 +36,7 @@ class LAMB(Optimizer):
               Pass("trust_ratio", kind="per_tensor", fn="trust_ratio"),
               Pass("apply", fn="apply", reads=STATES, grad=""))
 
+    @by_step
     def fill(self, g, t, fresh, sel):
         b1, b2 = g["betas"]
         bc = g["bias_correction"]

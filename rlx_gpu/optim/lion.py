@@ -1,7 +1,7 @@
 """Lion on the GPU: ``shaders/lion.wgsl``'s update function on the engine's elementwise driver."""
 from __future__ import annotations
 
-from ..engine import Optimizer, Pass
+from ..engine import Optimizer, Pass, by_step
 from ..reference import lion as ref
 
 
@@ -23,6 +23,7 @@ class Lion(Optimizer):
     flags = ("decay",)
     passes = (Pass("step", fn="update", reads=("exp_avg",), writes=("exp_avg",)),)
 
+    @by_step
     def fill(self, g, t, fresh, sel):
         lr, (b1, b2), wd = g["lr"], g["betas"], g["weight_decay"]
         return dict(decay=1 - lr * wd, b1=b1, omb1=1 - b1, b2=b2, omb2=1 - b2, neg_lr=-lr), dict(decay=wd != 0)

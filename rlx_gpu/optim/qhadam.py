@@ -1,7 +1,7 @@
 """QHAdamW on the GPU: ``shaders/qhadam.wgsl``'s update function on the engine's elementwise driver."""
 from __future__ import annotations
 
-from ..engine import Optimizer, Pass
+from ..engine import Optimizer, Pass, by_step
 from ..reference import qhadam as ref
 
 STATES = ("exp_avg", "exp_avg_sq")
@@ -27,6 +27,7 @@ class QHAdamW(Optimizer):
     flags = ("mix1", "mix2", "decay", "eps")
     passes = (Pass("step", fn="update", reads=STATES, writes=STATES),)
 
+    @by_step
     def fill(self, g, t, fresh, sel):
         lr, (b1, b2), (nu1, nu2), wd, eps = g["lr"], g["betas"], g["nus"], g["weight_decay"], g["eps"]
         b1a, b2a = ref.qh_beta(b1, t), ref.qh_beta(b2, t)

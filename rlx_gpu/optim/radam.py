@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import Optimizer, Pass
+from ..engine import Optimizer, Pass, by_step
 from ..reference import radam as ref
 
 STATES = ("exp_avg", "exp_avg_sq")
@@ -30,6 +30,7 @@ class RAdam(Optimizer):
     flags = ("rectified", "decoupled", "l2")
     passes = (Pass("step", fn="update", reads=STATES, writes=STATES),)
 
+    @by_step
     def fill(self, g, t, fresh, sel):
         lr, (b1, b2), wd = g["lr"], g["betas"], g["weight_decay"]
         rho_t, r = ref.radam_rect(b2, t)

@@ -1,7 +1,7 @@
 """RMSprop on the GPU: ``shaders/rmsprop.wgsl``'s update function on the engine's elementwise driver."""
 from __future__ import annotations
 
-from ..engine import Optimizer, Pass
+from ..engine import Optimizer, Pass, by_step
 from ..reference import rmsprop as ref
 
 STATES = ("square_avg", "momentum_buffer", "grad_avg")
@@ -29,6 +29,7 @@ class RMSprop(Optimizer):
     flags = ("centered", "momentum", "l2")
     passes = (Pass("step", fn="update", reads=STATES, writes=STATES),)
 
+    @by_step
     def fill(self, g, t, fresh, sel):
         cols = dict(wd=g["weight_decay"], alpha=g["alpha"], oma=1 - g["alpha"], eps=g["eps"], mu=g["momentum"],
                     neg_lr=-g["lr"])

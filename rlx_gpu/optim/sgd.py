@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import Optimizer, Pass
+from ..engine import Optimizer, Pass, by_step
 from ..reference import sgd as ref
 
 
@@ -29,6 +29,7 @@ class SGD(Optimizer):
     flags = ("momentum", "nesterov", "l2", "seed")
     passes = (Pass("step", fn="update", reads=("momentum_buffer",), writes=("momentum_buffer",)),)
 
+    @by_step
     def fill(self, g, t, fresh, sel):
         cols = dict(wd=g["weight_decay"], mu=g["momentum"], omd=1 - g["dampening"], neg_lr=-g["lr"])
         return cols, dict(momentum=g["momentum"] != 0, nesterov=g["nesterov"], l2=g["weight_decay"] != 0,

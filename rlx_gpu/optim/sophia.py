@@ -6,7 +6,7 @@ import numpy as np
 from ..core.groups import check_grads
 from ..core.lowp import round_rne
 from ..core.sync import locked
-from ..engine import Optimizer, Pass
+from ..engine import Optimizer, Pass, by_step
 from ..reference import sophia as ref
 from ..runtime.arena import DeviceTensor
 from ..runtime.kernels import ComputePass
@@ -37,6 +37,7 @@ class SophiaH(Optimizer):
                          grad="estimate", signed=False),)
     grad_like = ("estimate",)
 
+    @by_step
     def fill(self, g, t, fresh, sel):
         lr, (b1, b2), wd = g["lr"], g["betas"], g["weight_decay"]
         cols = dict(decay=1 - lr * wd, b1=b1, omb1=1 - b1, b2=b2, omb2=1 - b2, rho=g["rho"], eps=g["eps"], neg_lr=-lr)

@@ -1,0 +1,132 @@
+"""The host path's caches (rlx_gpu/engine/tables.py): a ``by_step`` fill run once per class of alike tensors gives
+the records of the full fill, word for word; the tables of a steady run grow; and whatever changes between steps of
+the quick path (lr, weight decay, betas, clip value, lr scales, skip_nonfinite, a loaded state dict) is honoured:
+bit for bit the run that takes the general path every step, and the twin (tests/cases.py's tolerance)."""
+import numpy as np
+import pytest
+
+import rlx_gpu
+from cases import CASES, case_id
+from helpers import assert_same, make_params, snapshot
+from test_checked_runs import grads_at
+
+pytestmark = pytest.mark.gpu
+SIZES = [(6, 7), 300, 5, 33, 64, 9, 17, 40, 3, 12]
+
+
+@pytest.mark.parametrize("gpu_cls,twin_cls,opts", CASES, ids=case_id)
+def test_class_fill_equals_the_full_fill(gpu_cls, twin_cls, opts, device):
+    """Two groups, lr scales alike and not (and -0.0 against 0.0), step counts that differ between tensors, fresh
+    state in the first row for some: a table from the classes equals the table from one fill over every tensor."""
+    params = make_params(SIZES, seed=31)
+    names = sorted(params)
+    groups = [{"params": {n: params[n] for n in names[:6]}}, {"params": {n: params[n] for n in names[6:]}}]
+    scale = {names[0]: 0.5, names[1]: 0.5, names[2]: 2.0, names[6]: 0.25}
+    try:
+        opt = gpu_cls(groups, device=device, lr_scale=scale, **opts)
+    except (TypeError, ValueError):  # (an optimizer of one group or without lr scales: one group, no scales)
+        opt = gpu_cls(params, device=device, **opts)
+    rng = np.random.default_rng(32)
+    for drop in ([names[1]], [names[3], names[5]], []):
+        opt.step({n: rng.standard_normal(p.shape).astype(np.float32) for n, p in params.items() if n not in drop})
+    opt._settle()
+    opt._scale[-2:] = 0.0, -0.0  # (the same value, not the same lr: fill's results differ in sign)
+    merged, real = [], opt._fill_classes
+    opt._fill_classes = lambda *a: (lambda r: merged.append(r[1] is not None) or r)(real(*a))
+    for active in (opt._all_active, np.array([i % 3 != 1 for i in range(len(opt._names))])):
+        key = opt._table_key(active, False)
+        classes = opt._new_table(key, active, 7)
+        opt._fill_classes = lambda sel, steps, fresh0: (sel, None)  # (every tensor its own class)
+        full = opt._new_table(key, active, 7)
+        opt._fill_classes = lambda *a: (lambda r: merged.append(r[1] is not None) or r)(real(*a))
+        assert np.array_equal(classes.words, full.words), (gpu_cls.__name__, opts)
+    assert any(merged) == getattr(type(opt).fill, "by_step", False)  # (alike tensors merged where fill allows)
+
+
+def test_classes_of_alike_tensors(device):
+    """Tensors alike in group, lr scale, step counts and fresh state share a class; -0.0 and 0.0 do not."""
+    opt = rlx_gpu.AdamW(make_params(SIZES, seed=33), device=device)
+    sel, n = opt._group_members[0], len(opt._names)
+    steps = np.tile(np.arange(1, 4)[:, None], (1, n))
+    none = [frozenset()] * n
+    assert len(opt._fill_classes(sel, steps, none)[0]) == 1
+    steps[:, 2] += 1
+    opt._scale[4] = 3.0
+    reps, inv = opt._fill_classes(sel, steps, none)
+    assert len(reps) == 3 and inv[2] != inv[0] != inv[4] and len(set(inv[[0, 1, 3, 5]].tolist())) == 1
+    fresh = list(none)
+    fresh[1] = frozenset({"exp_avg"})
+    assert len(opt._fill_classes(sel, steps, fresh)[0]) == 4
+
+
+@pytest.mark.parametrize("kw", [{}, {"skip_nonfinite": True}], ids=str)
+def test_tables_of_a_steady_run_grow(kw, device):
+    """A run that uses its tables makes longer ones, each twice the last (up to MAX_ROWS); a changed
+    hyperparameter starts over."""
+    from rlx_gpu.engine.gating import LOG
+    from rlx_gpu.engine.tables import MAX_ROWS, ROWS
+    opt = rlx_gpu.AdamW(make_params(SIZES, seed=35), device=device, **kw)
+    opt.write_grads(grads_at(make_params(SIZES, seed=35), 0, False))
+    tables = []
+    for s in range(1010):
+        if s == 1000:
+            opt.set_lr(5e-4)
+        opt.step()
+        if not tables or opt._rtable is not tables[-1][0]:
+            tables.append((opt._rtable, s))
+    rows, at = [tb.rows for tb, _ in tables], [s for _, s in tables]  # (a checked table: + its unsettled steps)
+    steady = rows[:at.index(1000)]
+    assert steady[0] == ROWS and all(2 * a <= b for a, b in zip(steady[:3], steady[1:4])), rows
+    assert MAX_ROWS <= max(steady) <= MAX_ROWS + LOG and len(steady) <= 6, rows
+    assert rows[len(steady)] <= ROWS + LOG, rows  # (a changed hyperparameter: a short table again)
+
+
+def _change(o, s: int) -> None:
+    """Step ``s``'s change between steps (for the GPU optimizer and its twin alike)."""
+    g = o.param_groups[0]
+    if s == 7:
+        o.set_lr(3e-3)
+    elif s == 41:
+        g["weight_decay"] = 0.1
+    elif s == 77:
+        g["betas"] = (0.8, 0.99)
+    elif s == 120:
+        o.clip_grad_norm = 0.3
+    elif s == 150:
+        o.clip_grad_norm = None
+    elif s == 170 and hasattr(o, "set_lr_scale"):
+        o.set_lr_scale({"t1": 0.5, "t3": 2.0})
+
+
+@pytest.mark.parametrize("kw", [{}, {"skip_nonfinite": True}, {"clip_grad_norm": 1.0, "skip_nonfinite": True}],
+                         ids=str)
+def test_changes_between_quick_steps_are_honoured(kw, device):
+    """200 steps from the device grad slots with lr, weight decay, betas, the clip value and lr scales changed
+    between them, and a state dict loaded: the quick path ends bit for bit where the general path ends, and each
+    is the twin's run."""
+    params = make_params(SIZES, seed=37)
+    quick, general = (rlx_gpu.AdamW(params, device=device, **kw) for _ in range(2))
+    twin = rlx_gpu.reference.AdamW(params, **kw)
+    general._quick_ok = False
+    taken, real = [], quick._quick_step
+    quick._quick_step = lambda check: taken.append(real(check)) or taken[-1]
+    saved = None
+    for s in range(200):
+        g = grads_at(params, s, kw.get("skip_nonfinite", False) and s % 23 == 5)
+        for o in (quick, general, twin):
+            _change(o, s)
+            if s == 100:
+                saved = saved or (quick.state_dict(), twin.state_dict())
+            if s == 130:
+                o.load_state_dict(saved[1] if o is twin else saved[0])
+            if o is twin:
+                o.step(g)
+            else:
+                o.write_grads(g)
+                o.step()
+        if s in (6, 40, 119, 199):
+            assert snapshot(quick) == snapshot(general), s
+    assert sum(taken) > 150
+    assert quick.last_step_skipped == general.last_step_skipped == twin.last_step_skipped
+    assert_same(quick, twin, f"quick path {kw}")
+    assert_same(general, twin, f"general path {kw}")
