@@ -150,6 +150,20 @@ def test_switches_by_precision(device):
         _variant("AdamW", {"WIDE": {"bf16": False}})(p, device=device).step({n: np.ones_like(v) for n, v in p.items()})
 
 
+def test_quantized_switches_by_state_width(device):
+    """QCLOSED by state width (the H200's choice: the constant bisection of 4-bit maps on, 8-bit's closed form off);
+    an unknown width is an error naming the switch."""
+    p = {"a": np.zeros(3000, np.float32)}
+
+    def closed(bits, cls=rlx_gpu.AdamW):
+        o = cls(p, device=device, **({"state_bits": bits, "min_quantized_size": 1} if bits else {}))
+        return o._emit(o.buckets[0]).qclosed
+    assert rlx_gpu.AdamW.QCLOSED == {4: True, 8: False} and closed(4) and not closed(8) and not closed(0)
+    assert closed(8, _variant("AdamW", {"QCLOSED": {8: True}})) and not closed(4, _variant("AdamW", {"QCLOSED": {8: True}}))
+    with pytest.raises(ValueError, match=r"AdamW.QCLOSED: unknown state widths \[2\]"):
+        closed(8, _variant("AdamW", {"QCLOSED": {2: True}}))
+
+
 @pytest.mark.parametrize("opts,dtype", [({"state_bits": 8}, "bfloat16"), ({"state_bits": 4, "amsgrad": True}, "float32"),
                                         ({}, "bfloat16 + master")], ids=_id)
 def test_four_vec4s_a_thread_match_the_plain_driver(opts, dtype, device):

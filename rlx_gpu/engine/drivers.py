@@ -52,12 +52,17 @@ PRECISIONS = ("float32", "bfloat16", "float16", "bfloat16+master", "float16+mast
 SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK", "QDIRECT", "QCLOSED")  # the Optimizer class attributes that pick an Emit
 
 
-def switch(value, precision: str, name: str = "switch") -> bool:
+def switch(value, precision: str, name: str = "switch", qbits: int = 0) -> bool:
     """One class switch (``Optimizer.WIDE`` ...) for a bucket of ``precision`` (``Signature.precision``): a bool,
-    or a dict from some of :data:`PRECISIONS` to bools (a ``+master`` one not named: as without; others: on)."""
+    a dict from some of :data:`PRECISIONS` to bools (a ``+master`` one not named: as without; others: on), or
+    (the quantized buckets' switches) a dict from state widths ``4``/``8`` to bools (a width not named: off)."""
     if not isinstance(value, dict):
         return bool(value)
-    bad = sorted(set(value) - set(PRECISIONS))
+    if value and all(isinstance(k, int) for k in value):
+        if set(value) - {4, 8}:
+            raise ValueError(f"{name}: unknown state widths {sorted(set(value) - {4, 8})}; expected 4 and/or 8")
+        return bool(value.get(qbits, False))
+    bad = sorted(set(value) - set(PRECISIONS), key=str)
     if bad:
         raise ValueError(f"{name}: unknown precision keys {bad}; expected some of {list(PRECISIONS)}")
     return bool(value.get(precision, value.get(precision.removesuffix("+master"), True)))

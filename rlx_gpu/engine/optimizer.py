@@ -71,7 +71,8 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     WIDE = {"bfloat16": True, "float16": False, "bfloat16+master": True}
     FULL, SUBGROUPS, VPACK = True, True, True
     QDIRECT = False  # quantized buckets: the maps read from the state buffers, not copied (to be measured: issue 25)
-    QCLOSED = False  # quantized buckets: the code search in closed form, the same codes (to be measured: issue 25)
+    QCLOSED = {4: True, 8: False}  # quantized buckets: the code search in closed form, the same codes (by width:
+    # the H200 measured 4-bit +13%, 8-bit -1% fp32 / -11% bf16 params: PERF_NOTES 59)
     QEPT = None  # quantized buckets: vec4s a thread, the block kept (codegen.kernel_shape; to be measured: issue 25)
     constants: dict = {}   # further WGSL override constants of the shader
     on_device = True
@@ -186,7 +187,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     def _emit(self, bucket) -> Emit:
         """How the bucket's drivers walk (the class's WIDE, FULL and SUBGROUPS where they apply)."""
         sig, even = bucket.sig, kernel_shape(type(self), bucket.sig.qbits)[1] % 2 == 0
-        on = {k: switch(getattr(self, k), sig.precision, f"{type(self).__name__}.{k}") for k in SWITCHES}
+        on = {k: switch(getattr(self, k), sig.precision, f"{type(self).__name__}.{k}", sig.qbits) for k in SWITCHES}
         sub = on["SUBGROUPS"] and "subgroups" in self.device.features and (even or not sig.qbits)
         low = sig.precision != "float32"
         return Emit(wide=on["WIDE"] and low and even and not (sig.qat or sig.qbits), full=on["FULL"] and not sig.qat,
