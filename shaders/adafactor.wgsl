@@ -10,7 +10,8 @@
 //   cols        (custom)        (with rows in one dispatch where ROWCOLS) per-(row tile, column) sums of g*g, added into the column partials (rows of a
 //                               multiple of 4: a thread sums a vec4 of columns over a quarter of the tile's rows)
 //   finish      (custom)        per job: WG rows of R updated from RA (which it zeroes), their sum into RS; or WG
-//                               columns of C updated from the column partials (which it zeroes)
+//                               columns of C updated from the column partials (which it zeroes; FL of them loaded
+//                               at once)
 //   mean        (custom)        M = mean_m(R) from RS, per (tensor, batch)
 //   update_norm (elementwise)   V updated (unfactored); per-block sums of p*p (MERGE) and u*u
 //   ratio       (per tensor)    scale = -alpha / max(1, RMS(u)/d)  (the tensor's tensor_scalar)
@@ -23,6 +24,7 @@
 // aux (A), cols (n), col_parts (CP), batch (B), numel (u32); flags FACTORED, DECAY.
 override RT: u32 = 128u;  // rows per column job
 override RPW: u32 = 8u;  // row segments per workgroup in the rows pass (WG / RPW threads each)
+override FL: u32 = 1u;  // column partials the finish pass loads at once (Adafactor.FINISH: 1, 8 or 16)
 
 @group(0) @binding(N) var<storage, read_write> aux: array<f32>;
 @group(0) @binding(N) var<storage, read> tables: array<vec4<u32>>;
@@ -201,6 +203,19 @@ fn aux_ra(r: Rec) -> u32 { return aux_c(r) + r.batch * r.cols; }
 fn aux_m(r: Rec) -> u32 { return aux_ra(r) + r.batch * r.rows; }
 fn aux_rs(r: Rec) -> u32 { return aux_m(r) + r.batch; }
 
+// Column partials k..k+3 (of nrt, n words apart from word at; those past nrt read as the last one), and s plus
+// those below nrt one by one, in order (the column sums' order).
+fn parts4(at: u32, k: u32, nrt: u32, n: u32) -> vec4<f32> {
+    let l = nrt - 1u;
+    return vec4<f32>(aux[at + min(k, l) * n], aux[at + min(k + 1u, l) * n], aux[at + min(k + 2u, l) * n],
+                     aux[at + min(k + 3u, l) * n]);
+}
+fn add4(s: f32, x: vec4<f32>, k: u32, nrt: u32) -> f32 {
+    var t = s;
+    for (var j = 0u; j < 4u; j = j + 1u) { if (k + j < nrt) { t = t + x[j]; } }
+    return t;
+}
+
 @compute @workgroup_size(WG)
 fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
@@ -223,7 +238,23 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     } else if (live && job.axis == 1u && job.first + lid < n) {  // columns: C from the column partials (zeroed)
         let c = job.first + lid;
         var s = 0.0;
-        for (var k = 0u; k < nrt; k = k + 1u) {
+        var k = 0u;
+        // Adafactor.FINISH (FL) partials loaded before any is added or zeroed, so that FL loads are in flight at
+        // once instead of one (the column's chain was nrt dependent round trips: 393 for GPT-2's wte); those past
+        // nrt loaded from the last (clamped) and neither added nor zeroed. Added in the same order, so the same
+        // bits. FL = 1: none here, the loop below takes every partial.
+        for (; FL >= 8u && k < nrt; k = k + FL) {
+            let at = r.col_parts + b * nrt * n + c;
+            let x0 = parts4(at, k, nrt, n);
+            let x1 = parts4(at, k + 4u, nrt, n);
+            var x2 = vec4<f32>(0.0);
+            var x3 = vec4<f32>(0.0);
+            if (FL == 16u) { x2 = parts4(at, k + 8u, nrt, n); x3 = parts4(at, k + 12u, nrt, n); }
+            for (var u = k; u < min(k + FL, nrt); u = u + 1u) { aux[at + u * n] = 0.0; }
+            s = add4(add4(s, x0, k, nrt), x1, k + 4u, nrt);
+            if (FL == 16u) { s = add4(add4(s, x2, k + 8u, nrt), x3, k + 12u, nrt); }
+        }
+        for (; k < nrt; k = k + 1u) {
             let slot = r.col_parts + (b * nrt + k) * n + c;
             s = s + aux[slot];
             aux[slot] = 0.0;

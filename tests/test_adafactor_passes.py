@@ -30,6 +30,7 @@ def test_prefixes_run_the_first_passes(device):
     got = {}
     for k in (n - 1, n):
         cls = mod.prefix_class(k)
+        assert mod.prefix_class(k, 16).FINISH == 16 and mod.prefix_class(k, 16).constants["FL"] == 16
         assert [p.entry for p in cls.passes] == [p.entry for p in rlx_gpu.Adafactor.passes[:k]]
         opt = cls(p0, device=device)
         opt.step(g)
@@ -45,8 +46,11 @@ def test_prefixes_run_the_first_passes(device):
 def test_tiny_run_has_every_pass(tmp_path):
     out = tmp_path / "a.json"
     r = subprocess.run([sys.executable, str(SCRIPT), "--set", "gpt2:1,64", "--precisions", "fp32", "--rounds", "1",
-                        "--repeats", "1", "--json", str(out)], capture_output=True, text=True, timeout=900)
+                        "--repeats", "1", "--finish", "1,16", "--json", str(out)], capture_output=True, text=True,
+                       timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(out.read_text())
-    assert list(rep["rows"]["fp32"]) == [p.entry for p in rlx_gpu.Adafactor.passes]
-    assert all(v["prefix_ms"] > 0 for v in rep["rows"]["fp32"].values())
+    assert list(rep["rows"]) == ["fp32 finish1", "fp32 finish16"]  # (--finish: a row per Adafactor.FINISH)
+    for row in rep["rows"].values():
+        assert list(row) == [p.entry for p in rlx_gpu.Adafactor.passes]
+        assert all(v["prefix_ms"] > 0 for v in row.values())

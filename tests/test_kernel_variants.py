@@ -206,3 +206,37 @@ def test_qept_that_does_not_fit_the_block_is_refused(device):
         with pytest.raises(ValueError, match="AdamW.QEPT must be None or an even int"):
             opt.step({"a": np.ones(3000, np.float32)})
         np.testing.assert_array_equal(opt.read_params()["a"], p0)
+
+
+TALL = [(2700, 3), (2, 1100, 8), (2100, 12), (65, 64), 40]  # 22, 9, 17 and 1 row tiles (RT = 128 rows) a batch
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_adafactor_finish_loads_are_the_one_by_one_bits(dtype, device):
+    """Adafactor.FINISH = 8 or 16 (the finish pass loads that many column partials before adding them, in the same
+    order) against 1 (one at a time) on matrices of 9-22 row tiles, so whole batches and the remainder both run:
+    params and states bit for bit over several steps; FINISH = 1 against the NumPy twin (tests/helpers's bound)."""
+    from helpers import assert_same
+    dt = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
+    rng = np.random.default_rng(7)
+    params = {f"t{i}": rng.standard_normal(s).astype(dt) for i, s in enumerate(TALL)}
+    want_p, want_s = _run(_variant("Adafactor", {"FINISH": 1}), params, {}, device)
+    for fl in (8, 16):
+        got_p, got_s = _run(_variant("Adafactor", {"FINISH": fl}), params, {}, device)
+        _same(got_p, want_p, True, f"FINISH={fl} {dtype}: param")
+        for n in want_s:
+            _same(got_s[n], want_s[n], True, f"FINISH={fl} {dtype}: state of {n}")
+    if dtype == "float32":
+        gpu, twin = _variant("Adafactor", {"FINISH": 16})(params, device=device), rlx_gpu.reference.Adafactor(params)
+        for _ in range(3):
+            g = {n: rng.standard_normal(p.shape).astype(np.float32) for n, p in params.items()}
+            gpu.step(g)
+            twin.step(g)
+        assert_same(gpu, twin, "Adafactor FINISH=16")
+
+
+def test_adafactor_finish_outside_its_choices_is_refused(device):
+    """FINISH must be 1, 8 or 16: otherwise the optimizer is refused at construction, naming FINISH."""
+    for bad in (2, 4, True, 32):
+        with pytest.raises(ValueError, match=r"Adafactor.FINISH must be 1, 8 or 16"):
+            _variant("Adafactor", {"FINISH": bad})({"w": np.ones((300, 4), np.float32)}, device=device)

@@ -50,21 +50,26 @@ class Adafactor(Optimizer):
     fields = ("decay", "w", "rho", "eps1", "eps2", "d", "sqrt_numel", "rows:u32", "row_tiles:u32", "aux:u32",
               "cols:u32", "col_parts:u32", "batch:u32", "numel:u32")
     flags = ("factored", "decay")
-    constants = {"RT": RT, "RPW": RPW}
+    constants = {"RT": RT, "RPW": RPW, "FL": 1}
     # Switches (a subclass may turn them off; each keeps every bit): MERGE: RMS(p)'s per-block sums taken by
     # update_norm (which then reads p too), not by a stats pass of their own (the same sums in the same order);
     # ROWCOLS: the rows and cols passes (independent) in one dispatch. Both: six dependent passes, not eight.
+    # FINISH: the column partials the finish pass loads at once before adding them (1, 8 or 16; the same adds in
+    # the same order, so the same bits): 1 leaves a tall matrix's columns a chain of dependent loads.
     MERGE = True
     ROWCOLS = True
+    FINISH = 1
     passes = (Pass("rowcols", kind="custom"), Pass("finish", kind="custom"), Pass("mean", kind="custom"),
               Pass("update_norm", fn="update_norm", param="r", reduce="xy"),
               Pass("ratio", kind="per_tensor", fn="ratio"),
               Pass("apply", fn="apply"))
 
     def __init_subclass__(cls, **kwargs):
-        """A subclass's ``MERGE`` picks its passes (the modules are made from the class)."""
+        """A subclass's ``MERGE`` and ``ROWCOLS`` pick its passes, its ``FINISH`` the finish pass's loads (the
+        modules are made from the class)."""
         super().__init_subclass__(**kwargs)
         cls.passes = cls.pass_list(cls.MERGE, cls.ROWCOLS)
+        cls.constants = {**cls.constants, "FL": cls.FINISH}
 
     @staticmethod
     def pass_list(merge: bool, rowcols: bool) -> tuple:
@@ -77,6 +82,9 @@ class Adafactor(Optimizer):
                 Pass("update_norm", fn="update_norm", param="", reduce="y"), *p[4:])
 
     def __init__(self, params, *args, **kwargs):
+        if self.FINISH not in (1, 8, 16) or isinstance(self.FINISH, bool):
+            raise ValueError(f"{type(self).__name__}.FINISH must be 1, 8 or 16 (column partials loaded at once), "
+                             f"got {self.FINISH!r}")
         super().__init__(params, *args, **kwargs)
         n = len(self._names)
         self._fact = np.array([ref.factored(self._shapes[x]) for x in self._names])
