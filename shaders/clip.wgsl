@@ -69,16 +69,16 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     for (var j = 0u; j < BPW; j++) {
         if (b0 + j >= nb) { break; }
         let blk = blocks[b0 + j];
-        if (!all && (hyper[blk.x * REC + REC_FLAGS] & ACTIVE) == 0u) { continue; }
+        if (!all && (hyper[blk.tensor * REC + REC_FLAGS] & ACTIVE) == 0u) { continue; }
         for (var k = 0u; k < EPT; k++) {
-            let i = blk.y + k * WG + lid;
-            if (4u * i < blk.z) { acc = fold(acc, select(ld_grad(i), vec4<f32>(0.0), tail(i, blk.z)), kind, p); }
+            let i = blk.first + k * WG + lid;
+            if (4u * i < blk.end) { acc = fold(acc, select(ld_grad(i), vec4<f32>(0.0), tail(i, blk.end)), kind, p); }
         }
     }
     red2[lid] = acc;
     reduce_kind(lid, kind);
     // one slot per group of BPW blocks (the first block's); the others stay zero
-    if (lid == 0u) { scratch[blocks[b0].w] = red2[0]; }
+    if (lid == 0u) { scratch[blocks[b0].block] = red2[0]; }
 }
 
 @compute @workgroup_size(WG)
@@ -132,7 +132,7 @@ fn scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     let blk = blocks[b];
     let c = gf(GLOB_GRAD_MUL);
     for (var k = 0u; k < EPT; k++) {
-        let i = blk.y + k * WG + lid;
-        if (4u * i < blk.z) { st_grad(i, select(ld_grad(i) * c, ld_grad(i), tail(i, blk.z))); }
+        let i = blk.first + k * WG + lid;
+        if (4u * i < blk.end) { st_grad(i, select(ld_grad(i) * c, ld_grad(i), tail(i, blk.end))); }
     }
 }

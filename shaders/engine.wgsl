@@ -1,7 +1,8 @@
 // The engine's helpers, in every generated kernel module after the record prelude (rlx_gpu/engine/codegen.py),
 // which declares `hyper` (the records: one per tensor, then the global record) and `blocks` (this chunk's block
-// table: one vec4<u32> per block: tensor, first vec4 index in the chunk, end element in the chunk (exclusive),
-// global block index; a block never crosses a tensor).
+// table: an array<Block>, one per block: its tensor, its first vec4 index in the chunk, the end element of its
+// tensor in the chunk (exclusive) and its global block index; a block never crosses a tensor; the struct is
+// generated from rlx_gpu/runtime/layout.py's BLOCK_ROW: 16 bytes, loaded whole).
 //   // #include "engine.wgsl"
 
 override WG: u32 = 256u;
@@ -15,17 +16,19 @@ fn grad_mul() -> f32 { return bitcast<f32>(hyper[glob_base() + GLOB_GRAD_MUL]); 
 // A per-tensor value a per-tensor pass computes on the device for the passes after it (a trust ratio, a norm).
 fn set_tensor_scalar(t: u32, v: f32) { hyper[t * REC + REC_TENSOR_SCALAR] = bitcast<u32>(v); }
 
-// The block this workgroup owns (the grid may be 2-D past 65535 workgroups); x = NONE past the end.
+// The block this workgroup owns (the grid may be 2-D past 65535 workgroups); every word NONE past the end.
 const NONE: u32 = 0xffffffffu;
-fn block_of(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
+fn block_of(wid: vec3<u32>, nwg: vec3<u32>) -> Block {
     let b = wid.x + wid.y * nwg.x;
-    if (b >= arrayLength(&blocks)) { return vec4<u32>(NONE); }
-    return blocks[b];
+    if (b >= arrayLength(&blocks)) { return Block(NONE, NONE, NONE, NONE); }
+    return blocks[b];  // (one 16-byte element: array<Block>'s stride is 16 bytes, its bindings 256-byte aligned)
 }
-// block_of, but x = NONE also when the block's tensor has no grad this step (nothing to do).
-fn active_block(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
+// block_of, but NONE also when the block's tensor has no grad this step (nothing to do).
+fn active_block(wid: vec3<u32>, nwg: vec3<u32>) -> Block {
     let blk = block_of(wid, nwg);
-    if (blk.x == NONE || (hyper[blk.x * REC + REC_FLAGS] & ACTIVE) == 0u) { return vec4<u32>(NONE); }
+    if (blk.tensor == NONE || (hyper[blk.tensor * REC + REC_FLAGS] & ACTIVE) == 0u) {
+        return Block(NONE, NONE, NONE, NONE);
+    }
     return blk;
 }
 // Lanes of vec4 `i` that lie past `end` (padding after a tensor): true = keep the old value.
@@ -33,7 +36,9 @@ fn tail(i: u32, end: u32) -> vec4<bool> {
     return vec4<u32>(4u * i) + vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(end);
 }
 // Index within its tensor of lane 0 of vec4 `i` in block `blk` (blocks of a tensor are numbered consecutively).
-fn elem0(blk: vec4<u32>, r: Rec, i: u32) -> u32 { return (blk.w - r.first_block) * (WG * EPT * 4u) + 4u * (i - blk.y); }
+fn elem0(blk: Block, r: Rec, i: u32) -> u32 {
+    return (blk.block - r.first_block) * (WG * EPT * 4u) + 4u * (i - blk.first);
+}
 
 // torch.lerp with a scalar weight (torch switches formula at w = 0.5).
 fn lerp4(a: vec4<f32>, b: vec4<f32>, w: f32) -> vec4<f32> {

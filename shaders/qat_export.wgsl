@@ -19,12 +19,13 @@
 //   fused, bits 8..15 code bits, bits 16..17 values: 1 float32, 2 bfloat16), row (the row length L), channels,
 //   chan (first channel), code (first code word), vals (first values word); AMAX + c: |w| bits of channel c;
 //   INV + c: 1/scale of channel c; SCALE + c: the scale of channel c (f32 bits); then the codes and the values.
-//   qat_runs[b] for block b of the chunk: (tensor or NONE, first vec4 in the chunk, end element in the chunk
-//   (exclusive), its first element in the tensor).
+//   qat_runs[b] for block b of the chunk: a QatRun (declared in rlx_gpu/engine/qatfuse.py, QAT_RUN): tensor (or
+//   NONE), first (vec4 in the chunk), end (element in the chunk, exclusive) as a Block's, elem (the run's first
+//   element in the tensor).
 // #include "qat.wgsl"
 
 @group(0) @binding(N) var<storage, read_write> qat: array<atomic<u32>>;
-@group(0) @binding(N) var<storage, read> qat_runs: array<vec4<u32>>;
+@group(0) @binding(N) var<storage, read> qat_runs: array<QatRun>;
 
 const QAT_SLOTS: u32 = 64u;  // channels a workgroup keeps (a fused run has at most as many rows)
 var<workgroup> qat_wm: array<atomic<u32>, 64>;
@@ -72,12 +73,14 @@ fn qat_next(q: QatEntry, p: ptr<function, QatPos>) {
 }
 // The channel of lane l of the vec4 at offset `off` after p (only where that vec4 crosses a row end: a division).
 fn qat_lane(q: QatEntry, p: QatPos, off: u32, l: u32) -> u32 { return p.c + (p.r + off + l) / q.L; }
-// The update pass's run (as active_block: x = NONE past the end, for none, and for a tensor without a grad).
-fn qat_run(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
+// The update pass's run (as active_block: NONE past the end, for none, and for a tensor without a grad).
+fn qat_run(wid: vec3<u32>, nwg: vec3<u32>) -> QatRun {
     let b = wid.x + wid.y * nwg.x;
-    if (b >= arrayLength(&qat_runs)) { return vec4<u32>(NONE); }
-    let blk = qat_runs[b];
-    if (blk.x == NONE || (hyper[blk.x * REC + REC_FLAGS] & ACTIVE) == 0u) { return vec4<u32>(NONE); }
+    if (b >= arrayLength(&qat_runs)) { return QatRun(NONE, NONE, NONE, NONE); }
+    let blk = qat_runs[b];  // (one 16-byte element, as a Block)
+    if (blk.tensor == NONE || (hyper[blk.tensor * REC + REC_FLAGS] & ACTIVE) == 0u) {
+        return QatRun(NONE, NONE, NONE, NONE);
+    }
     return blk;
 }
 
@@ -122,22 +125,22 @@ fn qat_scale_of(q: QatEntry, amax: f32) -> f32 {
 }
 // After the loop (uniform control flow): the workgroup's channel maxima into the global amax, or for a fused
 // tensor its run's scales, codes and values.
-fn qat_end(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) {
+fn qat_end(q: QatEntry, c0: u32, blk: QatRun, lid: u32, run: vec2<u32>) {
     qat_words(q, c0, blk, lid, 0u, qat_scales(q, c0, blk, lid, run));
 }
 // The workgroup's maxima published, and for a fused run its scales (its rows; 0 for another tensor's run), after
 // barriers that let every thread read the scales and the run's stored weights.
-fn qat_scales(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) -> u32 {
+fn qat_scales(q: QatEntry, c0: u32, blk: QatRun, lid: u32, run: vec2<u32>) -> u32 {
     let rows = qat_scale_rows(q, c0, blk, lid, run);
     storageBarrier();  // (the run's weights, stored by every thread, seen by every thread)
     workgroupBarrier();
     return rows;
 }
-fn qat_scale_rows(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>) -> u32 {
+fn qat_scale_rows(q: QatEntry, c0: u32, blk: QatRun, lid: u32, run: vec2<u32>) -> u32 {
     qat_flush(q, c0, run);
     workgroupBarrier();
     qat_publish(q, c0, lid);
-    let rows = select(0u, qat_first_channel(q, blk.w + (blk.z - 4u * blk.y) - 1u) - c0 + 1u, q.on && q.fused);
+    let rows = select(0u, qat_first_channel(q, blk.elem + (blk.end - 4u * blk.first) - 1u) - c0 + 1u, q.on && q.fused);
     if (lid < rows) {
         let s = qat_scale_of(q, bitcast<f32>(atomicLoad(&qat_wm[lid])));
         qat_ws[lid] = s;
@@ -147,22 +150,22 @@ fn qat_scale_rows(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>
     return rows;
 }
 // A fused run's code words from word j0 on (and their values), its weights read back.
-fn qat_words(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, j0: u32, rows: u32) {
+fn qat_words(q: QatEntry, c0: u32, blk: QatRun, lid: u32, j0: u32, rows: u32) {
     if (rows == 0u) { return; }
     let per = select(2u, 1u, q.bits == 8u);  // vec4s per code word
-    let nw = (blk.z - 4u * blk.y + 4u * per - 1u) / (4u * per);
-    var pos = qat_pos(q, blk.w + 4u * per * (j0 + lid), 4u * per * WG);
+    let nw = (blk.end - 4u * blk.first + 4u * per - 1u) / (4u * per);
+    var pos = qat_pos(q, blk.elem + 4u * per * (j0 + lid), 4u * per * WG);
     for (var j = j0 + lid; j < nw; j = j + WG) {
-        let i0 = blk.y + per * j;
-        let e0 = blk.w + 4u * per * j;
+        let i0 = blk.first + per * j;
+        let e0 = blk.elem + 4u * per * j;
         let c = select(0u, pos.c - c0, q.per_channel);  // (a fused run's code words lie in one channel each)
         qat_next(q, &pos);
         var word = 0u;
         for (var h = 0u; h < per; h++) {
             let i = i0 + h;
-            if (4u * i < blk.z) {
+            if (4u * i < blk.end) {
                 let e = e0 + 4u * h;
-                let code = qat_code4(q, qat_load(i), tail(i, blk.z), vec4<f32>(qat_wi[c]));
+                let code = qat_code4(q, qat_load(i), tail(i, blk.end), vec4<f32>(qat_wi[c]));
                 word = word | (qat_pack(code, q.bits) << (16u * h));
                 if (q.values != 0u) { qat_store_values(q, e, code, vec4<f32>(qat_ws[c])); }
             }
@@ -176,20 +179,20 @@ fn qat_words(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, j0: u32, rows: u32)
 // An int8 code word is one vec4; an int4 word is two, vec4s 2m and 2m + 1, whose 16-bit halves meet in qat_wh.
 var<workgroup> qat_wh: array<u32, QAT_HALVES>;
 var<workgroup> qat_back: u32;  // (1: the run is read back past its kept vec4s)
-fn qat_end_kept(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>,
+fn qat_end_kept(q: QatEntry, c0: u32, blk: QatRun, lid: u32, run: vec2<u32>,
                 qv: ptr<function, array<vec4<f32>, QAT_KEPT>>) {
     let rows = qat_scale_rows(q, c0, blk, lid, run);
-    let nv = select(0u, (blk.z - 4u * blk.y + 3u) / 4u, rows != 0u);  // (the run's vec4s)
+    let nv = select(0u, (blk.end - 4u * blk.first + 3u) / 4u, rows != 0u);  // (the run's vec4s)
     if (lid == 0u) { qat_back = u32(nv > QAT_HALVES); }
     if (workgroupUniformLoad(&qat_back) != 0u) { storageBarrier(); }  // (only a run longer than the kept vec4s)
-    var pos = qat_pos(q, blk.w + 4u * lid, 4u * WG);
+    var pos = qat_pos(q, blk.elem + 4u * lid, 4u * WG);
     for (var k = 0u; k < QAT_KEPT; k++) {
         let j = k * WG + lid;
         if (j < nv) {
-            let i = blk.y + j;
-            let e = blk.w + 4u * j;
+            let i = blk.first + j;
+            let e = blk.elem + 4u * j;
             let c = select(0u, pos.c - c0, q.per_channel);
-            let code = qat_code4(q, (*qv)[k], tail(i, blk.z), vec4<f32>(qat_wi[c]));
+            let code = qat_code4(q, (*qv)[k], tail(i, blk.end), vec4<f32>(qat_wi[c]));
             let bits = qat_pack(code, q.bits);
             if (q.bits == 8u) { qat_put(q.code + e / 4u, bits); } else { qat_wh[j] = bits; }
             if (q.values != 0u) { qat_store_values(q, e, code, vec4<f32>(qat_ws[c])); }
@@ -200,7 +203,7 @@ fn qat_end_kept(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>,
     let per = select(2u, 1u, q.bits == 8u);
     for (var m = lid; per == 2u && m < QAT_HALVES / 2u && 2u * m < nv; m = m + WG) {  // (int4 words)
         let hi = select(0u, qat_wh[2u * m + 1u], 2u * m + 1u < nv);
-        qat_put(q.code + (blk.w + 8u * m) / 8u, qat_wh[2u * m] | (hi << 16u));
+        qat_put(q.code + (blk.elem + 8u * m) / 8u, qat_wh[2u * m] | (hi << 16u));
     }
     qat_words(q, c0, blk, lid, QAT_HALVES / per, rows);
 }
@@ -209,16 +212,16 @@ fn qat_end_kept(q: QatEntry, c0: u32, blk: vec4<u32>, lid: u32, run: vec2<u32>,
 fn qat_amax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     let blk = block_of(wid, nwg);
-    let live = blk.x != NONE;
-    let r = rec(select(0u, blk.x, live));
-    let q = qat_entry(blk.x, live);
-    let c0 = qat_first_channel(q, elem0(blk, r, blk.y));
+    let live = blk.tensor != NONE;
+    let r = rec(select(0u, blk.tensor, live));
+    let q = qat_entry(blk.tensor, live);
+    let c0 = qat_first_channel(q, elem0(blk, r, blk.first));
     var run = vec2<u32>(c0, 0u);
-    var pos = qat_pos(q, elem0(blk, r, blk.y + lid), 4u * WG);
+    var pos = qat_pos(q, elem0(blk, r, blk.first + lid), 4u * WG);
     qat_begin(lid);
     for (var k = 0u; k < EPT; k++) {
-        let i = blk.y + k * WG + lid;
-        if (q.on && 4u * i < blk.z) { qat_note(q, c0, pos, qat_load(i), tail(i, blk.z), &run); }
+        let i = blk.first + k * WG + lid;
+        if (q.on && 4u * i < blk.end) { qat_note(q, c0, pos, qat_load(i), tail(i, blk.end), &run); }
         qat_next(q, &pos);
     }
     qat_flush(q, c0, run);
@@ -288,10 +291,10 @@ fn qat_lane_scales(q: QatEntry, p: QatPos, off: u32) -> array<vec4<f32>, 2> {
 fn qat_encode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let blk = block_of(wid, nwg);
-    if (blk.x == NONE) { return; }
-    let q = qat_entry(blk.x, true);
+    if (blk.tensor == NONE) { return; }
+    let q = qat_entry(blk.tensor, true);
     if (!q.on || q.fused) { return; }
-    let r = rec(blk.x);
+    let r = rec(blk.tensor);
     qat_encode_words(q, blk, r, lid, false, 0u);
 }
 
@@ -316,12 +319,12 @@ fn qat_cached_scales(q: QatEntry, p: QatPos, off: u32, c0: u32) -> array<vec4<f3
 fn qat_encode_cached(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                      @builtin(local_invocation_index) lid: u32) {
     let blk = block_of(wid, nwg);
-    let live = blk.x != NONE;
-    let q = qat_entry(select(0u, blk.x, live), live);
+    let live = blk.tensor != NONE;
+    let q = qat_entry(select(0u, blk.tensor, live), live);
     let on = q.on && !q.fused;
-    let r = rec(select(0u, blk.x, live));
-    let first = elem0(blk, r, blk.y);
-    let n = select(1u, min(blk.z - 4u * blk.y, WG * EPT * 4u), on);  // (the block's elements)
+    let r = rec(select(0u, blk.tensor, live));
+    let first = elem0(blk, r, blk.first);
+    let n = select(1u, min(blk.end - 4u * blk.first, WG * EPT * 4u), on);  // (the block's elements)
     let c0 = qat_first_channel(q, first);
     let nc = qat_first_channel(q, first + n - 1u) - c0 + 1u;
     let cached = on && nc <= QAT_SLOTS;
@@ -336,12 +339,12 @@ fn qat_encode_cached(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
 
 // The second pass's codes (and values) of block blk for thread lid: its vec4s' scales from workgroup memory where
 // `cached` (qat_encode_cached; c0 the block's first channel), else per vec4 from the buffer (qat_encode).
-fn qat_encode_words(q: QatEntry, blk: vec4<u32>, r: Rec, lid: u32, cached: bool, c0: u32) {
+fn qat_encode_words(q: QatEntry, blk: Block, r: Rec, lid: u32, cached: bool, c0: u32) {
     let per = select(2u, 1u, q.bits == 8u);  // vec4s per thread and word
-    var pos = qat_pos(q, elem0(blk, r, blk.y + per * lid), 4u * per * WG);
+    var pos = qat_pos(q, elem0(blk, r, blk.first + per * lid), 4u * per * WG);
     for (var k = 0u; k < EPT / per; k++) {
-        let i0 = blk.y + per * (k * WG + lid);
-        if (4u * i0 >= blk.z) { return; }
+        let i0 = blk.first + per * (k * WG + lid);
+        if (4u * i0 >= blk.end) { return; }
         let e = elem0(blk, r, i0);
         let p = pos;
         qat_next(q, &pos);
@@ -350,9 +353,9 @@ fn qat_encode_words(q: QatEntry, blk: vec4<u32>, r: Rec, lid: u32, cached: bool,
             let i = i0 + j;
             var sc: array<vec4<f32>, 2>;
             if (cached) { sc = qat_cached_scales(q, p, 4u * j, c0); } else { sc = qat_lane_scales(q, p, 4u * j); }
-            let c = qat_code4(q, qat_load(i), tail(i, blk.z), sc[1]);
+            let c = qat_code4(q, qat_load(i), tail(i, blk.end), sc[1]);
             word = word | (qat_pack(c, q.bits) << (16u * j));
-            if (q.values != 0u && 4u * i < blk.z) { qat_store_values(q, e + 4u * j, c, sc[0]); }
+            if (q.values != 0u && 4u * i < blk.end) { qat_store_values(q, e + 4u * j, c, sc[0]); }
         }
         qat_put(q.code + e * q.bits / 32u, word);
     }

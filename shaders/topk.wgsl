@@ -4,7 +4,7 @@
 // Radix select over the 31 bits of |acc|: three passes of an 11-, 11- and 9-bit digit (hist + pick), then per
 // block the count of entries above / equal to the threshold (count), per tensor the blocks' output offsets (scan),
 // and the compaction (compact), which also leaves the residual (acc with the sent entries zeroed).
-// Blocks are a Layout's (rlx_gpu/runtime/layout.py): (tensor, first vec4 in the chunk, end element, global block),
+// blocks: a Layout's Block rows (rlx_gpu/runtime/layout.py: tensor, first vec4 in the chunk, end element, block),
 // BLOCK = 4096 elements = 256 threads x 4 vec4. sel: a TensorSel per tensor (the threshold's bits found so far: after
 // the three passes, the threshold; the equal entries still needed; k; the tensor's flat offset; its output base; its
 // first block; its block count). hist: 2048 bins per tensor, then a flag word (set when acc holds inf/NaN). cnt: a
@@ -17,7 +17,7 @@ override EF: bool = true;
 
 @group(0) @binding(0) var<storage, read_write> res: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> grad: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> blocks: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> blocks: array<Block>;
 @group(0) @binding(3) var<storage, read_write> hist: array<atomic<u32>>;
 @group(0) @binding(4) var<storage, read_write> sel: array<TensorSel>;
 @group(0) @binding(5) var<storage, read_write> cnt: array<BlockCount>;
@@ -56,7 +56,7 @@ fn topk_hist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     for (var j = 0u; j < 8u; j++) { atomicStore(&wh[lid + WG * j], 0u); }
     workgroupBarrier();
     let blk = blocks[select(0u, b, live)];
-    let t = blk.x;
+    let t = blk.tensor;
     let p = prm.radix_pass;
     let sh = shift_of(p);
     let hi = hi_of(p);
@@ -65,12 +65,12 @@ fn topk_hist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     var bad = false;
     if (live) {
         for (var j = 0u; j < 4u; j++) {
-            let v = blk.y + lid + WG * j;
-            if (4u * v >= blk.z) { break; }
+            let v = blk.first + lid + WG * j;
+            if (4u * v >= blk.end) { break; }
             let x = acc4(v);
             let a = abits(x);
             for (var c = 0u; c < 4u; c++) {
-                if (4u * v + c >= blk.z) { break; }
+                if (4u * v + c >= blk.end) { break; }
                 bad = bad || a[c] >= 0x7f800000u;
                 if ((a[c] >> hi) == prefix) {
                     atomicAdd(&wh[(a[c] >> sh) & mask], 1u);
@@ -151,16 +151,16 @@ fn topk_count(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let b = block_id(wid, nwg);
     let live = b < prm.blocks;
     let blk = blocks[select(0u, b, live)];
-    let thr = sel[blk.x].prefix;
+    let thr = sel[blk.tensor].prefix;
     var gt = 0u;
     var eq = 0u;
     if (live) {
         for (var j = 0u; j < 4u; j++) {
-            let v = blk.y + lid + WG * j;
-            if (4u * v >= blk.z) { break; }
+            let v = blk.first + lid + WG * j;
+            if (4u * v >= blk.end) { break; }
             let a = abits(acc4(v));
             for (var c = 0u; c < 4u; c++) {
-                if (4u * v + c >= blk.z) { break; }
+                if (4u * v + c >= blk.end) { break; }
                 gt += select(0u, 1u, a[c] > thr);
                 eq += select(0u, 1u, a[c] == thr);
             }
@@ -170,8 +170,8 @@ fn topk_count(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let g = total;
     _ = wg_scan(eq, lid);
     if (live && lid == 0u) {
-        cnt[blk.w].above = g;
-        cnt[blk.w].equal = total;
+        cnt[blk.block].above = g;
+        cnt[blk.block].equal = total;
     }
 }
 
@@ -215,7 +215,7 @@ fn topk_compact(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let b = block_id(wid, nwg);
     let live = b < prm.blocks;
     let blk = blocks[select(0u, b, live)];
-    let t = blk.x;
+    let t = blk.tensor;
     let thr = sel[t].prefix;
     let need = sel[t].need;
     let K = prm.K;
@@ -223,36 +223,36 @@ fn topk_compact(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     var eq = 0u;
     var gt = 0u;
     for (var j = 0u; j < 4u; j++) {
-        let v = blk.y + 4u * lid + j;
+        let v = blk.first + 4u * lid + j;
         var x = vec4<f32>(0.0);
-        if (live && 4u * v < blk.z) { x = acc4(v); }
+        if (live && 4u * v < blk.end) { x = acc4(v); }
         xs[j] = x;
         let a = abits(x);
         for (var c = 0u; c < 4u; c++) {
-            let inside = live && 4u * v + c < blk.z;
+            let inside = live && 4u * v + c < blk.end;
             gt += select(0u, 1u, inside && a[c] > thr);
             eq += select(0u, 1u, inside && a[c] == thr);
         }
     }
-    var eq_rank = cnt[blk.w].equal + wg_scan(eq, lid);
+    var eq_rank = cnt[blk.block].equal + wg_scan(eq, lid);
     // (entries taken: all above, and equal ones while their rank among the tensor's equal ones is below need)
     let eq_take = min(eq, select(0u, need - eq_rank, need > eq_rank));
-    var pos = cnt[blk.w].above + wg_scan(gt + eq_take, lid);
-    let flat0 = sel[t].flat + (blk.w - sel[t].first_block) * BLOCK;  // (the block's first entry, flat)
+    var pos = cnt[blk.block].above + wg_scan(gt + eq_take, lid);
+    let flat0 = sel[t].flat + (blk.block - sel[t].first_block) * BLOCK;  // (the block's first entry, flat)
     for (var j = 0u; j < 4u; j++) {
-        let v = blk.y + 4u * lid + j;
-        if (!live || 4u * v >= blk.z) { break; }
+        let v = blk.first + 4u * lid + j;
+        if (!live || 4u * v >= blk.end) { break; }
         var x = xs[j];
         let a = abits(x);
         for (var c = 0u; c < 4u; c++) {
-            if (4u * v + c >= blk.z) { break; }
+            if (4u * v + c >= blk.end) { break; }
             var take = a[c] > thr;
             if (a[c] == thr) {
                 take = eq_rank < need;
                 eq_rank += 1u;
             }
             if (take) {
-                outp[pos] = flat0 + 4u * v + c - 4u * blk.y;
+                outp[pos] = flat0 + 4u * v + c - 4u * blk.first;
                 outp[K + pos] = bitcast<u32>(x[c]);
                 pos += 1u;
                 x[c] = 0.0;

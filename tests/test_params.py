@@ -101,3 +101,63 @@ def test_adafactor_tables_read_by_name():
     for P in (adafactor.ROWS_HEAD, adafactor.FINISH_HEAD, adafactor.SEGMENT, adafactor.COL_JOB, adafactor.JOB,
               adafactor.PAIR):
         assert P.wgsl() in decl and P.reader("tables") in decl
+
+
+# A block table (or the qat= export's runs) bound or passed as vec4<u32>, or a row of it read by lane.
+_BLOCK_LANES = (r"\b(?:blocks|qat_runs)\s*:\s*array<vec4<u32>>", r"\bblk\.[xyzw]\b",
+                r"\b(?:blocks|qat_runs)\[[^\]]*\]\.[xyzw]\b", r"\bblk\s*:\s*vec4<u32>",
+                r"fn (?:block_of|active_block|q_block|qat_run)\([^)]*\)\s*->\s*vec4<u32>")
+
+
+def _generated_modules():
+    """Every module the runtime compiles (rlx-gpu check-shaders' list: each optimizer's signatures, quantized and
+    qat= buckets, clip, gate, top-k) and the drivers as the engine emits them on a GPU (wide, full, subgroups)."""
+    from rlx_gpu.core.lowp import BF16, F32
+    from rlx_gpu.engine import Optimizer
+    from rlx_gpu.engine.codegen import Emit, Signature, optimizer_module
+    from rlx_gpu.tools.check import sources
+    out = {s.label or s.path.name: s.code for s in sources.shipped()}
+    emit = Emit(wide=True, full=True, subgroups=True, directive=True, vpack=True, qdirect=True)
+    for name, cls in Optimizer.optimizer_classes().items():
+        for bits in (0, 8) if cls.shader else ():
+            for pd, sd in ((F32, F32), (BF16, BF16)):
+                if bits and not cls.spec.quantizable:
+                    continue
+                out[f"{name} ({pd.name}, {bits}-bit, emitted)"] = optimizer_module(
+                    cls, Signature(pd, pd, sd, False, False, bits), None, emit)
+    return out
+
+
+def test_block_tables_read_by_name():
+    """Every kernel reads a block table row (runtime/layout.py's BLOCK_ROW, WGSL ``struct Block``) and a qat= run
+    (engine/qatfuse.py's QAT_RUN) by name, in the shipped shaders and in every generated module: no table bound as
+    ``array<vec4<u32>>``, no ``blk.x``/``.w``, no block passed or returned as a vec4."""
+    mods = _generated_modules()
+    files = {p.name: p.read_text() for p in shader_dir().glob("*.wgsl")}
+    lanes = {name: hits for name, text in {**files, **mods}.items()
+             if (hits := sorted({m for pat in _BLOCK_LANES for m in re.findall(pat, text)}))}
+    assert not lanes, f"{len(lanes)} sources read block table rows by lane, e.g. {dict(list(lanes.items())[:4])}"
+    from rlx_gpu.engine.qatfuse import QAT_RUN
+    from rlx_gpu.runtime.layout import BLOCK_ROW
+    assert BLOCK_ROW.wgsl() == "struct Block { tensor: u32, first: u32, end: u32, block: u32, }"
+    assert BLOCK_ROW.nbytes == QAT_RUN.nbytes == 16 and QAT_RUN.names[:3] == BLOCK_ROW.names[:3]
+    for name, text in mods.items():
+        if re.search(r"\bblocks\s*:", text):
+            assert "blocks: array<Block>;" in text and BLOCK_ROW.wgsl() in text, name
+        if "qat_runs:" in text:
+            assert "qat_runs: array<QatRun>;" in text and QAT_RUN.wgsl() in text, name
+
+
+def test_block_table_columns_by_name():
+    """A Layout's block table holds BLOCK_ROW's words in its order (the bytes the kernels bind), read back by name."""
+    from rlx_gpu.runtime.layout import BLOCK_ROW, Layout
+    lay = Layout([5000, 3], ids=[7, 9], alignment=256, max_binding=1 << 20, block=2048, block_base=10)
+    tab = lay.blocks[0]
+    assert tab.dtype == np.uint32 and tab.shape == (4, BLOCK_ROW.words)
+    assert list(BLOCK_ROW.column(tab, "tensor")) == [7, 7, 7, 9]
+    assert list(BLOCK_ROW.column(tab, "first")) == [0, 512, 1024, 5056 // 4]
+    assert list(BLOCK_ROW.column(tab, "end")) == [5000, 5000, 5000, 5056 + 3]
+    assert list(BLOCK_ROW.column(tab, "block")) == [10, 11, 12, 13]
+    assert BLOCK_ROW.unpack(tab[3]) == {"tensor": 9, "first": 5056 // 4, "end": 5059, "block": 13}
+    with pytest.raises(KeyError, match="no scalar field 'x'"):
+        BLOCK_ROW.column(tab, "x")

@@ -1,7 +1,8 @@
 """The WGSL module of an optimizer for one bucket of tensors: its generated prelude, its own shader file, and one
 generated driver per elementwise pass (the block loop lives here, once).
 
-A module holds, in order: the ``hyper`` and ``blocks`` bindings; the record prelude (``struct Rec``, ``rec(t)``,
+A module holds, in order: the ``hyper`` and ``blocks`` bindings (``blocks``: the chunk's ``array<Block>``,
+:data:`rlx_gpu.runtime.layout.BLOCK_ROW`); the record prelude (``struct Rec``, ``rec(t)``,
 flags, offsets: :mod:`rlx_gpu.engine.records`); ``ieee.wgsl``, ``lowp.wgsl``, ``engine.wgsl``; the bucket's typed
 arenas (``param``, ``grad``, ``master`` where there are float32 master weights, one per state buffer) with their
 ``ld_``/``st_`` accessors in float32; ``struct State`` (one vec4 per state), ``struct Out`` and the parameter
@@ -20,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from ..core.lowp import F32
+from ..runtime.layout import BLOCK_ROW
 from ..runtime.params import structs
 from ..runtime.source import resolve, shader_dir
 from ..runtime.typed import typed_array
@@ -125,7 +127,8 @@ def _head(record, sig, emit: Emit = PLAIN) -> tuple[Text, itertools.count]:
     if emit.subgroups and emit.directive:
         t.gen("enable subgroups;")
     t.gen(f"@group(0) @binding({next(idx)}) var<storage, read_write> hyper: array<u32>;\n"
-          f"@group(0) @binding({next(idx)}) var<storage, read> blocks: array<vec4<u32>>;")
+          f"@group(0) @binding({next(idx)}) var<storage, read> blocks: array<Block>;")
+    t.gen(BLOCK_ROW.wgsl())  # (a block table's row, read by name: runtime/layout.py)
     t.gen(record.wgsl())
     for f in ("ieee.wgsl", "lowp.wgsl", "engine.wgsl"):
         t.file(f)

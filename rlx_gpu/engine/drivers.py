@@ -185,19 +185,19 @@ def elementwise(p, present, emit: Emit = PLAIN, qat: dict | None = None) -> str:
     H = 2 if emit.wide and not qat else 1
     L = signature(p.kernel, emit.subgroups and red)
     L.append(f"    let blk = {qd.get('block', 'active_block(wid, nwg)')};")
-    cond = "blk.x != NONE" + (f" && has(r, {p.only_if.upper()})" if p.only_if else "")
+    cond = "blk.tensor != NONE" + (f" && has(r, {p.only_if.upper()})" if p.only_if else "")
     if uniform:
-        L += ["    let r = rec(select(0u, blk.x, blk.x != NONE));", f"    let live = {cond};",
+        L += ["    let r = rec(select(0u, blk.tensor, blk.tensor != NONE));", f"    let live = {cond};",
               "    var acc = vec2<f32>(0.0);"] + qd.get("before", [])
     else:
-        L += ["    if (blk.x == NONE) { return; }", "    let r = rec(blk.x);"]
+        L += ["    if (blk.tensor == NONE) { return; }", "    let r = rec(blk.tensor);"]
         if p.only_if:
             L.append(f"    if (!has(r, {p.only_if.upper()})) {{ return; }}")
     if p.grad:
         L += ["    let gm = grad_mul();", f"    let neg = {'has(r, MAXIMIZE)' if p.signed else 'false'};"]
     loop = lambda full: _loop(p, reads, writes, H, uniform, full, qd)  # noqa: E731
     if emit.full and not qat:
-        L += ["    if (4u * blk.y + WG * EPT * 4u <= blk.z) {  // a block wholly inside its tensor: no tail masks"]
+        L += ["    if (4u * blk.first + WG * EPT * 4u <= blk.end) {  // a block wholly inside its tensor: no tail mask"]
         L += ["    " + ln for ln in loop(True)] + ["    } else {"] + ["    " + ln for ln in loop(False)] + ["    }"]
     else:
         L += loop(False)
@@ -205,8 +205,8 @@ def elementwise(p, present, emit: Emit = PLAIN, qat: dict | None = None) -> str:
         L += _loop(p, reads, writes, H, uniform, False, {**qd, **qd["rest"]})
     L += qd.get("after", [])
     if red:
-        dest = {"x": "partials[blk.w].x = total.x;", "y": "partials[blk.w].y = total.y;",
-                "xy": "partials[blk.w] = total;"}[p.reduce]
+        dest = {"x": "partials[blk.block].x = total.x;", "y": "partials[blk.block].y = total.y;",
+                "xy": "partials[blk.block] = total;"}[p.reduce]
         L += reduce_end(dest, "live", emit)
     return "\n".join(L + ["}"])
 
@@ -214,16 +214,16 @@ def elementwise(p, present, emit: Emit = PLAIN, qat: dict | None = None) -> str:
 def _loop(p, reads, writes, H: int, uniform: bool, full: bool, qd: dict) -> list:
     """The loop over a block's units (or, for the qat= export, over its run's vec4s)."""
     ix = "i" if H == 1 else "j"
-    first = "blk.y" if H == 1 else "blk.y / 2u"
+    first = "blk.first" if H == 1 else "blk.first / 2u"
     span = "4u * i" if H == 1 else "8u * j"
     head = qd.get("loop")
     if head is None:
         head = [f"    for (var k = 0u; k < {'EPT' if H == 1 else 'EPT / 2u'}; k++) {{", f"        let {ix} = {first} + k * WG + lid;"]
         if uniform:
-            head.append("        if (live) {" if full else f"        if (live && {span} < blk.z) {{")
+            head.append("        if (live) {" if full else f"        if (live && {span} < blk.end) {{")
         elif not full:
-            head.append(f"        if ({span} >= blk.z) {{ break; }}")
-    keep = (lambda a: "vec4<bool>(false)") if full else (lambda a: f"tail({a}, blk.z)")
+            head.append(f"        if ({span} >= blk.end) {{ break; }}")
+    keep = (lambda a: "vec4<bool>(false)") if full else (lambda a: f"tail({a}, blk.end)")
     elem = qd.get("elem", f"elem0(blk, r, {'i' if H == 1 else '2u * j'})")
     out = (lambda k: "o") if H == 1 else (lambda k: f"o_{k}")
     L = head + unit(p, reads, "        ", H=H, elem=elem, keep=keep, zero=True,

@@ -18,8 +18,9 @@ import numpy as np
 
 from ..core.qatspec import parse_qat
 from ..core.sync import locked
+from ..runtime.layout import BLOCK_ROW
 from ..runtime.params import Params, declare
-from .qatfuse import fused_span, run_table
+from .qatfuse import QAT_RUN, fused_span, run_table
 
 __all__ = ["QatMixin", "QuantizedCopy", "driver_lines", "qat_load"]
 
@@ -57,24 +58,24 @@ def driver_lines(keep: int = 0) -> dict:
     vec4's store, the loop's closing lines and the lines after the loop. ``keep`` (:attr:`QatMixin.QAT_KEEP`): the
     loop's first ``keep`` vec4s a thread are kept for the fused export (``qat_end_kept``; ``rest``: the loop over a
     longer run's other vec4s), else it walks the run and the export reads them back (``qat_end``)."""
-    before = ["    let qe = qat_entry(select(0u, blk.x, live), live);",
-              "    let qc0 = qat_first_channel(qe, blk.w);", "    var qrun = vec2<u32>(qc0, 0u);",
-              "    var qpos = qat_pos(qe, blk.w + 4u * lid, 4u * WG);", "    qat_begin(lid);"]
+    before = ["    let qe = qat_entry(select(0u, blk.tensor, live), live);",
+              "    let qc0 = qat_first_channel(qe, blk.elem);", "    var qrun = vec2<u32>(qc0, 0u);",
+              "    var qpos = qat_pos(qe, blk.elem + 4u * lid, 4u * WG);", "    qat_begin(lid);"]
     note = "qat_note(qe, qc0, qpos, {}, keep, &qrun);"
     if not keep:
         return {"block": "qat_run(wid, nwg)", "before": before,
-                "loop": ["    for (var i = blk.y + lid; live && 4u * i < blk.z; i = i + WG) {"],
-                "elem": "blk.w + 4u * (i - blk.y)",
+                "loop": ["    for (var i = blk.first + lid; live && 4u * i < blk.end; i = i + WG) {"],
+                "elem": "blk.elem + 4u * (i - blk.first)",
                 "note": ["        " + note.format("qat_stored(select(o.p, zero, keep), i)"),
                          "        qat_next(qe, &qpos);"], "close": [],
                 "after": ["    qat_end(qe, qc0, blk, lid, qrun);"]}
     return {"block": "qat_run(wid, nwg)", "before": before + ["    var qv: array<vec4<f32>, QAT_KEPT>;"],
-            "loop": ["    for (var k = 0u; k < QAT_KEPT; k++) {", "        let i = blk.y + k * WG + lid;",
-                     "        if (live && 4u * i < blk.z) {"],
-            "elem": "blk.w + 4u * (i - blk.y)",
+            "loop": ["    for (var k = 0u; k < QAT_KEPT; k++) {", "        let i = blk.first + k * WG + lid;",
+                     "        if (live && 4u * i < blk.end) {"],
+            "elem": "blk.elem + 4u * (i - blk.first)",
             "note": ["        let qw = qat_stored(select(o.p, zero, keep), i);", "        " + note.format("qw"),
                      "        qv[k] = qw;", "        qat_next(qe, &qpos);"], "close": ["        }"],
-            "rest": {"loop": ["    for (var i = blk.y + QAT_HALVES + lid; live && 4u * i < blk.z; i = i + WG) {"],
+            "rest": {"loop": ["    for (var i = blk.first + QAT_HALVES + lid; live && 4u * i < blk.end; i = i + WG) {"],
                      "note": ["        " + note.format("qat_stored(select(o.p, zero, keep), i)"),
                               "        qat_next(qe, &qpos);"], "close": []},
             "after": ["    qat_end_kept(qe, qc0, blk, lid, qrun, &qv);"]}
@@ -167,8 +168,9 @@ class QatMixin:
         self._qat_bufs = {"qat": dev.buffer(words.nbytes, f"{name}.qat", data=words)}
         self._qat_buckets = [b for b in self.buckets if b.sig.qat]  # (the exported tensors' buckets)
         table = run_table(self._qat_buckets, self._total_blocks, spans)
-        self._qat_runs = {(id(b), c): dev.buffer(max(16, 4 * blk.size), f"{b.label}.qat.runs[{c}]",
-                                                 data=table[blk[:, 3]] if len(blk) else np.zeros(4, np.uint32))
+        self._qat_runs = {(id(b), c): dev.buffer(max(QAT_RUN.nbytes, 4 * blk.size), f"{b.label}.qat.runs[{c}]",
+                                                 data=table[BLOCK_ROW.column(blk, "block")] if len(blk)
+                                                 else np.zeros(QAT_RUN.words, np.uint32))
                           for b in self._qat_buckets for c, blk in enumerate(b.layout.blocks)}
         self._qat_second = len(spans) < len(specs)  # (some tensors take the second pass in a step)
         self.qat = {nm: QuantizedCopy(self, *v) for nm, v in copies.items()}

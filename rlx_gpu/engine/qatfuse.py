@@ -11,15 +11,24 @@ for int4) and runs of at most ``MAX_SPAN`` elements. The others (a whole GPT-2 m
 lengths, chunked tensors) keep the second pass. Either way the codes and scales are the same bits: quantizing the
 updated weights separately (``reference/qat.py``'s ``export_copy``).
 
-A run table has one ``(tensor, first vec4 in the chunk, end element in the chunk, first element in the tensor)``
-per engine block, so the update pass keeps its dispatch: a fused tensor's runs are at least a block long and fill
-the first entries of its blocks, the rest are ``NONE``.
+A run table has one :data:`QAT_RUN` per engine block (the WGSL ``struct QatRun`` the driver reads by name:
+``tensor``, ``first`` vec4 in the chunk, ``end`` element in the chunk, exclusive, as a block's; ``elem``: the run's
+first element in the tensor), so the update pass keeps its dispatch: a fused tensor's runs are at least a block
+long and fill the first entries of its blocks, the rest are ``NONE``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_SPAN", "SLOTS", "fused_span", "run_table"]
+from ..runtime.layout import BLOCK_ROW
+from ..runtime.params import Params, declare
+
+__all__ = ["MAX_SPAN", "QAT_RUN", "SLOTS", "fused_span", "run_table"]
+
+#: One run of the update pass (``qat_export.wgsl``'s ``qat_runs: array<QatRun>``): 16 bytes, one element loaded
+#: whole, as a block table's :data:`~rlx_gpu.runtime.layout.BLOCK_ROW` (the first three words mean the same).
+QAT_RUN = Params("QatRun", "tensor", "first", "end", "elem")
+declare("qat_export.wgsl", QAT_RUN)
 
 SLOTS = 64          # channels one workgroup keeps (qat_export.wgsl's QAT_SLOTS)
 MAX_SPAN = 16384    # elements of one run (16 vec4s per thread at a workgroup of 256)
@@ -40,9 +49,11 @@ def fused_span(spec, shape, pieces: int, block: int) -> int:
 
 
 def run_table(buckets, total_blocks: int, spans: dict) -> np.ndarray:
-    """The runs of every engine block (global block index -> vec4<u32>); ``spans``: global tensor -> run length."""
-    tab = np.zeros((max(1, total_blocks), 4), np.uint32)
-    tab[:, 0] = NONE
+    """The runs of every engine block (global block index -> a :data:`QAT_RUN` row); ``spans``: global tensor -> run
+    length."""
+    tab = np.zeros((max(1, total_blocks), QAT_RUN.words), np.uint32)
+    QAT_RUN.column(tab, "tensor")[:] = NONE
+    col = BLOCK_ROW.column
     for b in buckets:
         lay = b.layout
         for c, blk in enumerate(lay.blocks):
@@ -55,16 +66,17 @@ def run_table(buckets, total_blocks: int, spans: dict) -> np.ndarray:
                         where[t] = (off, ln, toff)
             info = np.zeros((max(where) + 1, 3), np.int64)
             info[list(where)] = list(where.values())
-            t = blk[:, 0].astype(np.int64)
+            t = col(blk, "tensor").astype(np.int64)
             off, end, toff = info[t, 0], info[t, 0] + info[t, 1], info[t, 2]
-            start = 4 * blk[:, 1].astype(np.int64)
-            rows = np.stack([t, start // 4, np.minimum(start + lay.block, end), toff + start - off], 1)
-            tab[blk[:, 3]] = rows.astype(np.uint32)
+            start = 4 * col(blk, "first").astype(np.int64)
+            runs = QAT_RUN.pack_rows(tensor=t, first=start // 4, end=np.minimum(start + lay.block, end),
+                                     elem=toff + start - off)
+            tab[col(blk, "block")] = runs
             for tt in set(spans) & set(where):
                 off, ln, _ = where[tt]
-                g = blk[t == tt, 3]
+                g = col(blk, "block")[t == tt]
                 first = off + spans[tt] * np.arange(-(-ln // spans[tt]), dtype=np.int64)
-                tab[g] = NONE
-                tab[g[:len(first)]] = np.stack([np.full(len(first), tt), first // 4,
-                                                np.minimum(first + spans[tt], off + ln), first - off], 1)
+                tab[g] = NONE  # (every word: the rows past the tensor's runs)
+                tab[g[:len(first)]] = QAT_RUN.pack_rows(tensor=tt, first=first // 4,
+                                                        end=np.minimum(first + spans[tt], off + ln), elem=first - off)
     return tab

@@ -51,11 +51,11 @@ def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, s
     L += ["fn q_load_maps(lid: u32) {"] + load + ["    workgroupBarrier();", "}",
           "fn q_base(i: u32) -> u32 { return QH + (i / QG) * QS; }  // the first word of vec4 i's block",
           "fn q_word(i: u32) -> u32 { return q_base(i) + " + ("i % QG; }" if bits == 8 else "(i % QG) / 2u; }"),
-          "// Block b of the chunk's table, x = NONE past the end or when its tensor has no grad this step.",
-          "fn q_block(b: u32) -> vec4<u32> {",
-          "    if (b >= arrayLength(&blocks)) { return vec4<u32>(NONE); }",
+          "// Block b of the chunk's table, every word NONE past the end or when its tensor has no grad this step.",
+          "fn q_block(b: u32) -> Block {",
+          "    if (b >= arrayLength(&blocks)) { return Block(NONE, NONE, NONE, NONE); }",
           "    let blk = blocks[b];",
-          "    if ((hyper[blk.x * REC + REC_FLAGS] & ACTIVE) == 0u) { return vec4<u32>(NONE); }",
+          "    if ((hyper[blk.tensor * REC + REC_FLAGS] & ACTIVE) == 0u) { return Block(NONE, NONE, NONE, NONE); }",
           "    return blk;", "}"]
     L += [f"fn ldq2_{s}(j: u32) -> array<vec4<f32>, 2> {{ return array<vec4<f32>, 2>(ldq_{s}(2u * j), "
           f"ldq_{s}(2u * j + 1u)); }}" for s in mine] if subgroups else []

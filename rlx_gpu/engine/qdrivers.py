@@ -27,7 +27,7 @@ def _grad(p, pad: str) -> list:
 
 
 def _live(p) -> str:
-    return "blk.x != NONE" + (f" && has(r, {p.only_if.upper()})" if p.only_if else "")
+    return "blk.tensor != NONE" + (f" && has(r, {p.only_if.upper()})" if p.only_if else "")
 
 
 def q_elementwise(p, present, signs: dict, bits: int, ept: int, emit: Emit = PLAIN) -> str:
@@ -61,14 +61,14 @@ def _atomics(p, reads, writes, signs, bits: int, ept: int, inf: bool) -> str:
         "        for (var j = lid; j < QSET; j = j + WG) { " + clr.format(o="next + ") + " }",
         "        let qset = (kk % 3u) * QSET;",
         "        let blk = q_block(w0 + kk);",
-        "        let r = rec(select(0u, blk.x, blk.x != NONE));",
+        "        let r = rec(select(0u, blk.tensor, blk.tensor != NONE));",
         f"        let live = {_live(p)};"] + _grad(p, "        ")
     for v in range(ept):  # (loads of a vec4 after the stores of the one before: loading all first was slower)
         row = v if bits == 8 else 0
-        idx = f"blk.y + {v}u * WG + lid" if bits == 8 else f"blk.y + {ept}u * lid + {v}u"
-        L += [f"        let i{v} = {idx};", f"        let inb{v} = live && 4u * i{v} < blk.z;", f"        var o{v} = Out();",
-              f"        if (inb{v}) {{", f"            let i = i{v};"]
-        L += unit(p, reads, "            ", H=1, elem="elem0(blk, r, i)", keep=lambda a: f"tail({a}, blk.z)",
+        idx = f"blk.first + {v}u * WG + lid" if bits == 8 else f"blk.first + {ept}u * lid + {v}u"
+        L += [f"        let i{v} = {idx};", f"        let inb{v} = live && 4u * i{v} < blk.end;",
+              f"        var o{v} = Out();", f"        if (inb{v}) {{", f"            let i = i{v};"]
+        L += unit(p, reads, "            ", H=1, elem="elem0(blk, r, i)", keep=lambda a: f"tail({a}, blk.end)",
                   sload=lambda s: f"ldq_{s}(i)", out=lambda k, v=v: f"o{v}", decl="")
         if p.param == "rw":
             L.append(f"            store_p(i, {masked(f'o{v}.p', 1, 0)}, r, e);")
@@ -120,13 +120,13 @@ def _subgroup(p, reads, writes, signs, bits: int) -> str:
         "    let w0 = (wid.x + wid.y * nwg.x) * QK;",
         "    for (var it = 0u; it < QK * (EPT / 2u); it++) {",
         "        let blk = q_block(w0 + it / (EPT / 2u));",
-        "        let r = rec(select(0u, blk.x, blk.x != NONE));",
+        "        let r = rec(select(0u, blk.tensor, blk.tensor != NONE));",
         f"        let live = {_live(p)};"] + _grad(p, "        ") + [
-        "        let j = blk.y / 2u + (it % (EPT / 2u)) * WG + v;",
-        "        let inb = live && 8u * j < blk.z;",
+        "        let j = blk.first / 2u + (it % (EPT / 2u)) * WG + v;",
+        "        let inb = live && 8u * j < blk.end;",
         "        var o_0 = Out();", "        var o_1 = Out();",
         "        if (inb) {"]
-    L += unit(p, reads, "            ", H=2, elem="elem0(blk, r, 2u * j)", keep=lambda a: f"tail({a}, blk.z)",
+    L += unit(p, reads, "            ", H=2, elem="elem0(blk, r, 2u * j)", keep=lambda a: f"tail({a}, blk.end)",
               sload=lambda s: f"ldq2_{s}(j)", out=lambda k: f"o_{k}", decl="")
     if p.param == "rw":
         L.append(f"            store_p2(j, {masked('o_0.p', 2, 0)}, {masked('o_1.p', 2, 1)}, r, e0);")

@@ -7,16 +7,25 @@ aligned to the storage-offset alignment in every one of them (so each can be bou
 than a chunk is split into pieces over consecutive chunks.
 
 Kernels walk *blocks*: runs of ``block`` elements that never cross a tensor. The block table of a chunk holds one
-``vec4<u32>`` per block: (tensor index, first vec4 index in the chunk, end element in the chunk (exclusive),
-global block index). A vec4 index addresses four elements whatever their size (a ``vec4<f32>`` or a packed
-``vec2<u32>`` of four 16-bit values). Blocks of one tensor are numbered consecutively, from ``block_base`` on, so
-several layouts can share one numbering (per-block scratch, per-tensor first block and block count).
+:data:`BLOCK_ROW` per block, the WGSL ``struct Block`` the kernels read by name: ``tensor`` (the global tensor
+index), ``first`` (the block's first vec4 index in the chunk), ``end`` (the end element of the tensor's piece in
+the chunk, exclusive), ``block`` (the global block index). A vec4 index addresses four elements whatever their size
+(a ``vec4<f32>`` or a packed ``vec2<u32>`` of four 16-bit values). Blocks of one tensor are numbered consecutively,
+from ``block_base`` on, so several layouts can share one numbering (per-block scratch, per-tensor first block and
+block count).
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Layout"]
+from .params import Params
+
+__all__ = ["BLOCK_ROW", "Layout"]
+
+#: One row of a block table: four u32 words, 16 bytes. Bound as ``array<Block>`` its stride is 16 bytes and every
+#: binding starts on a 256-byte offset, so each entry is one 16-byte-aligned element a kernel loads whole
+#: (``let b = blocks[i];``, as the ``vec4<u32>`` it was before: the same bytes).
+BLOCK_ROW = Params("Block", "tensor", "first", "end", "block")
 
 
 def _align(n: int, a: int) -> int:
@@ -83,16 +92,12 @@ class Layout:
                     if self.num_blocks[t] == 0:
                         self.first_block[t] = g
                     starts = off + self.block * np.arange(nb, dtype=np.int64)
-                    tab = np.empty((nb, 4), np.uint32)
-                    tab[:, 0] = self.ids[t]
-                    tab[:, 1] = starts // 4
-                    tab[:, 2] = off + ln
-                    tab[:, 3] = g + np.arange(nb)
-                    tables[chunk].append(tab)
+                    tables[chunk].append(BLOCK_ROW.pack_rows(tensor=self.ids[t], first=starts // 4, end=off + ln,
+                                                             block=g + np.arange(nb)))
                     self.num_blocks[t] += nb
                     g += nb
         self.block_base, self.block_end = base, g
-        self.blocks = [np.concatenate(t) if t else np.zeros((0, 4), np.uint32) for t in tables]
+        self.blocks = [np.concatenate(t) if t else np.zeros((0, BLOCK_ROW.words), np.uint32) for t in tables]
 
     @property
     def num_chunks(self) -> int:

@@ -8,9 +8,9 @@ packer that writes its buffer come from the same list, so no word index is writt
 The kernel binds it as ``var<storage, read> p: GemmParams;`` (storage, like every binding the runtime makes).
 ``tail="rec"`` ends the struct with a runtime-sized ``rec: array<u32>`` (``pack(..., rec=[...])``); a field
 ``"log:u32[64]"`` is a fixed array of 64 words (packed from a sequence, unpacked as an array). ``pack_rows`` packs a
-table of such structs (``array<T>`` in WGSL) from columns; ``pack_vec4s`` packs one into whole vec4s, for a
-shader that keeps several tables in one ``array<vec4<u32>>`` and reads an entry with the generated ``reader``
-(``declare(..., read_from={"tables": [...]})``).
+table of such structs (``array<T>`` in WGSL) from columns (``column`` reads one back); ``pack_vec4s`` packs one
+into whole vec4s, for a shader that keeps several tables in one ``array<vec4<u32>>`` and reads an entry with the
+generated ``reader`` (``declare(..., read_from={"tables": [...]})``).
 
 A shipped shader's structs (and the u32 constants it shares with the host) are declared with :func:`declare` by
 the module that dispatches it; the runtime (``shipped_kernel``, the engine's generated modules) and ``rlx-gpu
@@ -119,6 +119,12 @@ class Params:
                 raise ValueError(f"Params {self.struct}: {n} must be one value or {rows}, got shape {v.shape}")
             out[:, self._at[n]] = self._words(n, k, np.broadcast_to(v, (rows,)))
         return out
+
+    def column(self, rows: np.ndarray, name: str) -> np.ndarray:
+        """Scalar field ``name`` of every struct of a table of :meth:`pack_rows` (a view of its column)."""
+        if name not in self.names or self.counts[self.names.index(name)]:
+            raise KeyError(f"Params {self.struct}: no scalar field {name!r} (it has {list(self.names)})")
+        return rows[:, self._at[name]]
 
     def reader(self, array: str) -> str:
         """A WGSL function ``{array}_{struct}(i)`` returning this struct from the ``array<vec4<u32>>`` named ``array``,

@@ -18,7 +18,7 @@ from ...core.lowp import F32
 from ...reference.topk import topk_count
 from ...runtime.arena import Arena, DeviceTensor
 from ...runtime.kernels import shipped_kernel
-from ...runtime.layout import Layout
+from ...runtime.layout import BLOCK_ROW, Layout
 from ...runtime.params import Params, declare
 
 __all__ = ["TopK", "TopKCompressor", "Rebuild"]
@@ -38,7 +38,7 @@ FINISH = Params("FinishParams", "nvec", "inv_n:f32", "part0")
 SEL = Params("TensorSel", "prefix", "need", "k", "flat", "out_base", "first_block", "nblocks")
 BLOCK_COUNT = Params("BlockCount", "above", "equal")
 SEGMENT = Params("Segment", "start", "size", "at")
-declare("topk.wgsl", TOPK, SEL, BLOCK_COUNT)
+declare("topk.wgsl", TOPK, SEL, BLOCK_COUNT, BLOCK_ROW)  # (BLOCK_ROW: the Layout's block table, ``blocks``)
 declare("topk_rebuild.wgsl", SCATTER, FINISH, SEGMENT)
 INV_SCALE_AT = TOPK.offset("inv_scale")  # (its byte in the buffer, rewritten when the factor changes)
 
