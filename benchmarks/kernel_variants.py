@@ -14,9 +14,9 @@ the state buffers instead of copied into workgroup memory); ``+qclosed`` (quanti
 closed form, engine/qsearch.py), ``qclosed-ept4`` (that with four vec4s a thread: EPT = 4, every bucket) and
 ``qclosed-qept4`` (that with QEPT = 4: the quantized buckets' kernels alone take four vec4s a thread, in workgroups
 of half the threads, the engine block kept); ``-merge``, ``-rowcols`` (Adafactor: its stats pass
-apart from update_norm again; its rows and cols passes in two dispatches again), ``finish8``, ``finish16``
-(Adafactor.FINISH: the finish pass loads 8 or 16 column partials at once; ``+wide``/``-wide`` its 16-bit rows
-with WIDE the other way from the default); ``ept4`` (the default with four
+apart from update_norm again; its rows and cols passes in two dispatches again), ``finish1``, ``finish8``
+(Adafactor.FINISH: the finish pass loads 1 or 8 column partials at once, the default 16; ``+wide``/``-wide`` its
+16-bit rows with WIDE the other way from the default); ``ept4`` (the default with four
 vec4s a thread instead of two: AdamW's 16-bit rows and the quantized ones); and the quantized rows' timing-only
 diagnostics ``x-search``, ``x-decode``, ``x-maps`` (results wrong on purpose: ``qdiag.py``). A row that fails to
 build or step prints its error and the others go on; rows past ``--budget-s`` are left out (named at the end).
@@ -60,7 +60,7 @@ def variants(opt: str, precision: str) -> list:
     if opt in REDUCING:
         out += ["-subgroups"]
     if opt == "adafactor":  # (WIDE: on in bfloat16, off in float16 by default: timed against the other way)
-        out += ["-merge", "-rowcols", "finish8", "finish16"] + (["+wide"] if precision == "f16" else ["-wide"] if low
+        out += ["-merge", "-rowcols", "finish1", "finish8"] + (["+wide"] if precision == "f16" else ["-wide"] if low
                                                                  else [])
     return list(dict.fromkeys(out))
 
@@ -164,8 +164,8 @@ def groups(args) -> list:
     return [x for x in g if (only is None or x[0] in only) and (prec is None or x[1] in prec)]
 
 
-COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "-merge", "-rowcols", "finish8",
-           "finish16", "+qdirect", "ept4", "+qclosed", "qclosed-ept4", "qclosed-qept4", *DIAGNOSTICS)
+COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "-merge", "-rowcols", "finish1",
+           "finish8", "+qdirect", "ept4", "+qclosed", "qclosed-ept4", "qclosed-qept4", *DIAGNOSTICS)
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:
