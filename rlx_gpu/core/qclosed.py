@@ -14,6 +14,15 @@ either way (the compiler may fuse the multiply-add). Blocks whose scale is below
 product ``s * midpoint`` or ``1 / s`` could leave the normal range) and ``x`` inf/NaN take the bisection, as the
 search did for ``x`` inf/NaN.
 
+8-bit's other forms (``Optimizer.QFORM8``): ``"log"`` takes the decade as ``d = floor(log10|x|) + 7`` (0..6) from
+``log2|x|`` and ``y = exp2(log2|x| + K + d log2(1/5)) + C1 2^d + C0`` (:func:`log_y`): no selects; the GPU's log2
+and exp2 are approximate, so :func:`check_guess` takes it as any ``y`` within :data:`LOG_ERR` of the exact line.
+``"calc"`` also computes the midpoint: entry ``j`` of the map is ``UNIT / 2 * 5^e (18 t + 9 - 16 2^e)`` (``t``
+its place in the map's positive half, ``e`` its top bit: :data:`MIDS`), so midpoint ``g`` is ``UNIT`` times an
+integer sum of u32 arithmetic, within 2 float32 steps of the stored one (:func:`check_mids`); ``s`` times it
+decides the code unless ``v`` lies within 2^-18 of it (32 float32 steps; the two products differ by <= 6), where the
+stored midpoint is loaded: the search reads no memory for nearly every value.
+
 4-bit maps (16 entries): the bisection itself, four steps over the 15 midpoints held as constants (selects in a
 tree; no table, no workgroup memory), which is the count of the rule by definition.
 

@@ -98,8 +98,10 @@ def _optimizer_modules(d, name: str, cls) -> list:
         for label, pd, gd, sd, master, native in SIGNATURES[:2]:
             t = optimizer_text(cls, Signature(pd, gd, sd, master, native, bits))
             out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label}, {bits}-bit)"))
-        t = optimizer_text(cls, Signature(*SIGNATURES[0][1:], bits), emit=Emit(qclosed=True))  # (QCLOSED)
-        out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({bits}-bit, closed search)"))
+        for form in ("decade", "log", "calc") if bits == 8 else ("decade",):  # (QCLOSED; 8-bit: each QFORM8)
+            t = optimizer_text(cls, Signature(*SIGNATURES[0][1:], bits), emit=Emit(qclosed=True, qform=form))
+            out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts,
+                              f"{name} ({bits}-bit, closed search{'' if form == 'decade' else ', ' + form})"))
     if cls.__name__ == "AdamW":  # the qat= export's variant (engine/qat.py), with its own entry points
         for label, pd in (("float32", F32), ("bfloat16", BF16)):
             t = optimizer_text(cls, Signature(pd, pd, F32, False, False, qat=True))
