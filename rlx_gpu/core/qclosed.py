@@ -20,7 +20,7 @@ and exp2 are approximate, so :func:`check_guess` takes it as any ``y`` within :d
 ``"calc"`` also computes the midpoint: entry ``j`` of the map is ``UNIT / 2 * 5^e (18 t + 9 - 16 2^e)`` (``t``
 its place in the map's positive half, ``e`` its top bit: :data:`MIDS`), so midpoint ``g`` is ``UNIT`` times an
 integer sum of u32 arithmetic, within 2 float32 steps of the stored one (:func:`check_mids`); ``s`` times it
-decides the code unless ``v`` lies within 2^-18 of it (32 float32 steps; the two products differ by <= 6), where the
+decides the code unless ``v`` lies within :data:`MID_BAND` of it (relatively: the two products differ by less), where the
 stored midpoint is loaded: the search reads no memory for nearly every value.
 
 4-bit maps (16 entries): the bisection itself, four steps over the 15 midpoints held as constants (selects in a
@@ -35,7 +35,7 @@ import numpy as np
 
 from . import quant
 
-__all__ = ["decades", "guess", "check_guess", "log_y", "LOG_ERR", "MIDS", "mid_sums", "check_mids", "SCALE_RANGE"]
+__all__ = ["decades", "guess", "check_guess", "log_y", "LOG_ERR", "MIDS", "MID_BAND", "mid_sums", "check_mids", "SCALE_RANGE"]
 
 F32 = np.float32
 SCALE_RANGE = (2.0 ** -100, 2.0 ** 100)  # block scales outside take the bisection
@@ -147,6 +147,7 @@ def log_y(x, signed: bool) -> np.ndarray:
 # times the integer 5^e (18 t + 9 - 16 2^e), t its place in its half (signed: code - 127; unsigned: code + 1), e the
 # top bit of t): per map (t of g's entry - g, t of the zero entry, its sum, t of the last entry, the sum's part
 # of entry 1.0, UNIT): midpoint g = UNIT * (A(t) + A(t + 1))
+MID_BAND = 2.0 ** -20  # |v - s m'| within this of |s m'|: the stored midpoint decides (> twice the products' gap)
 MIDS = {True: (127, 0, 11, 127, 20_000_000, F32(0.25e-7)), False: (-1, 1, 65, 255, 200_000_000, F32(0.025e-7))}
 
 

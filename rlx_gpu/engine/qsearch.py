@@ -68,7 +68,7 @@ def _settle(tag: str, calc: bool) -> list:
 
 def _mid(tag: str, exact: str) -> list:
     """The midpoint g as UNIT * (A(t) + A(t + 1)) in u32 arithmetic (core/qclosed.MIDS: within 2 float32 steps of
-    the stored one, check_mids), so sc * it decides unless v lies within 2^-18 of it (then the stored one does)."""
+    the stored one, check_mids), so sc * it decides unless v lies within MID_BAND of it (then the stored one does)."""
     base, zt, zs, top, one, unit = qclosed.MIDS[tag == "s"]
     t = "ga - 127u" if tag == "s" else "g + 1u"
     return [f"    let t = {t};", "    let e = firstLeadingBit(max(t, 1u));",
@@ -79,7 +79,7 @@ def _mid(tag: str, exact: str) -> list:
             f"    sm = select(select(sm, a0 + {one}u, t == {top}u), {zs}u, t == {zt}u);",
             f"    let m = f32(sm) * {_f(unit)};",
             f"    let p = sc * {'select(m, -m, x < 0.0)' if tag == 's' else 'm'};",
-            f"    if (abs(v - p) <= abs(p) * {_f(2.0 ** -18)}) {{ return {exact}; }}",
+            f"    if (abs(v - p) <= abs(p) * {_f(qclosed.MID_BAND)}) {{ return {exact}; }}",
             "    return g + select(0u, 1u, p < v);"]
 
 
