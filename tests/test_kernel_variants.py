@@ -29,9 +29,10 @@ VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), d
 QVARIANTS = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {"QCLOSED": True},
              {"QCLOSED": True, "EPT": 4}, dict(OFF, QCLOSED=True, QDIRECT=True, EPT=4), {"QCLOSED": True, "QEPT": 4},
              dict(OFF, QEPT=4), dict(OFF, SUBGROUPS=True, QCLOSED=True, QEPT=4),
-             # (8-bit's other closed forms, engine/qsearch.FORMS8: the decade by log2, the midpoint computed)
-             dict(OFF, QCLOSED=True, QFORM8="log"), {"QCLOSED": True, "QFORM8": "calc"},
-             dict(OFF, SUBGROUPS=True, QCLOSED=True, QFORM8="calc", EPT=4)]
+             # (the other closed forms, engine/qsearch.FORMS: 8-bit's decade by log2, the midpoint computed; 4-bit
+             # unsigned's one comparison)
+             dict(OFF, QCLOSED=True, QFORM8="log", QFORM4="linear"), {"QCLOSED": True, "QFORM8": "calc"},
+             dict(OFF, SUBGROUPS=True, QCLOSED=True, QFORM8="calc", QFORM4="linear", EPT=4)]
 # (class, hyperparameters, options): elementwise ones bit for bit, reducing ones within the bound
 CASES = [("AdamW", {"amsgrad": True}, {}), ("SGD", {"momentum": 0.9, "nesterov": True}, {}), ("Lion", {}, {}),
          ("RMSprop", {"centered": True, "momentum": 0.5}, {}), ("LAMB", {}, {}), ("Mars", {}, {}),

@@ -4,8 +4,8 @@ searches' WGSL (the drivers' own functions, ``q_codes_s`` / ``q_codes_u``) run o
 and block words: every binade of v / absmax with dense mantissas, every midpoint times absmax and its neighbours
 up to 3 ulps both ways, 0, -0, subnormals, +-inf, NaN, values past the map's ends; absmax words of every exponent
 (subnormal, 0, FLT_MAX, flagged: a negated block, a block holding +inf). The optimizers' parity with the switch on:
-tests/test_kernel_variants.py. 8-bit's three closed forms (engine/qsearch.FORMS8) each so: the decade by comparisons, by log2,
-and that with the midpoint computed."""
+tests/test_kernel_variants.py. Each closed form (engine/qsearch.FORMS) so: 8-bit's decade by comparisons, by log2, and that with the
+midpoint computed; 4-bit's constant bisection and the unsigned map's one comparison (linear)."""
 import numpy as np
 import pytest
 
@@ -46,6 +46,14 @@ def test_log_forms_guess_within_their_bound(signed):
         qclosed.check_guess(signed, err=0.3)
 
 
+def test_linear_4bit_guess_is_the_code_or_one_below():
+    """core/qclosed.check_linear4: the 4-bit unsigned map's guess floor(16 x - 1) is the code or one below it near
+    every midpoint and every place it changes; its midpoints are (2k + 3) / 32 exactly, as the kernel computes."""
+    assert qclosed.check_linear4() > 5_000
+    k = np.arange(15, dtype=F32)
+    np.testing.assert_array_equal(quant.midpoints(4, False), k * F32(0.0625) + F32(0.09375))
+
+
 @pytest.mark.parametrize("signed", [True, False])
 def test_calc_midpoints_are_the_stored_ones_within_two_steps(signed):
     """The "calc" form's midpoints (UNIT * an integer sum, core/qclosed.MIDS) are within 2 float32 steps of the
@@ -61,7 +69,7 @@ def test_calc_midpoints_are_the_stored_ones_within_two_steps(signed):
         qclosed.mid_sums = orig
 
 
-def _module(bits: int, tag: str, closed: bool, form: str = "decade") -> str:
+def _module(bits: int, tag: str, closed: bool, form: str = "") -> str:
     """A module computing q_codes_<tag>(vals[i], words[i]) with the drivers' search (header read from ``h_q``)."""
     want = ("m",) if closed and bits == 4 else ("m", "t") if closed else ("m", "t", "g")
     return "\n".join([load_source("ieee.wgsl"), f"const QN: u32 = {2 ** bits}u;", f"const QT: u32 = {quant.GUESS_KEYS}u;",
@@ -116,7 +124,7 @@ def _codes(device, code: str, vals, words, h) -> np.ndarray:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("bits,form", [(8, "decade"), (8, "log"), (8, "calc"), (4, "decade")])
+@pytest.mark.parametrize("bits,form", [(8, "decade"), (8, "log"), (8, "calc"), (4, "bisect"), (4, "linear")])
 @pytest.mark.parametrize("signed", [True, False])
 def test_closed_form_codes_are_the_searchs(bits, form, signed, device):
     """The closed form's codes equal the guide search's on every value of the sweep (both on this GPU), and both

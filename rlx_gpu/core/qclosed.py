@@ -35,7 +35,7 @@ import numpy as np
 
 from . import quant
 
-__all__ = ["decades", "guess", "check_guess", "log_y", "LOG_ERR", "MIDS", "MID_BAND", "mid_sums", "check_mids", "SCALE_RANGE"]
+__all__ = ["decades", "guess", "check_guess", "log_y", "LOG_ERR", "MIDS", "MID_BAND", "check_linear4", "mid_sums", "check_mids", "SCALE_RANGE"]
 
 F32 = np.float32
 SCALE_RANGE = (2.0 ** -100, 2.0 ** 100)  # block scales outside take the bisection
@@ -175,3 +175,22 @@ def check_mids(signed: bool) -> int:
         got = (r * MIDS[signed][5]).astype(F32).view(np.int32).astype(np.int64)  # nearest, or toward zero)
         worst = max(worst, int(np.abs(got - want).max()))
     return worst
+
+
+def check_linear4(ulps: int = 96) -> int:
+    """The 4-bit unsigned map's guess g = floor(16 x - 1) (clamped to 0..14) is the code or one below it for every
+    float32 x within ``ulps`` steps of a midpoint or of a place where g changes, both signs, x within 2^-20 of
+    v / s, 16 x - 1 rounded once or twice. Returns the number of x checked."""
+    mids = quant.midpoints(4, False).astype(np.float64)
+    pts = np.concatenate([mids, (np.arange(17) + 1) / 16.0, [0.0, 2.0, 3.9]]).astype(F32).view(np.int32)
+    near = np.unique((pts.astype(np.int64)[:, None] + np.arange(-ulps, ulps + 1)).reshape(-1))
+    xs = near[near >= 0].astype(np.int32).view(F32)
+    xs = np.concatenate([xs, -xs])
+    x64 = xs.astype(np.float64)
+    c_lo = np.searchsorted(mids, np.minimum(x64 * (1 - DELTA), x64 * (1 + DELTA)), side="left")
+    c_hi = np.searchsorted(mids, np.maximum(x64 * (1 - DELTA), x64 * (1 + DELTA)), side="left")
+    for y in ((xs * F32(16)).astype(F32) - F32(1), (x64 * 16 - 1).astype(F32)):
+        g = np.clip(y, 0, 14).astype(np.int64)
+        bad = (g < np.minimum(c_hi - 1, 14)) | (g > c_lo)
+        assert not bad.any(), (float(xs[bad][0]), int(g[bad][0]), int(c_lo[bad][0]), int(c_hi[bad][0]))
+    return xs.size

@@ -28,10 +28,10 @@ QK = 8  # engine blocks per workgroup in a quantized pass (the maps are copied i
 
 
 def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, subgroups: bool = False,
-              direct: bool = False, closed: bool = False, form: str = "decade") -> str:
+              direct: bool = False, closed: bool = False, form: str = "") -> str:
     """Workgroup copies of the maps (``direct``: none, the maps read from the state buffer's header where used),
     per-state loads, the code search (``closed``: in closed form, :mod:`.qsearch`: no guide, and for 4-bit no
-    midpoints read; 8-bit: ``form``), and the block maxima: workgroup atomics on absmax slots, or (``subgroups``) :func:`_bmax`."""
+    midpoints read; ``form``: :data:`.qsearch.FORMS`), and the block maxima: workgroup atomics on absmax slots, or (``subgroups``) :func:`_bmax`."""
     QN, QB = 2 ** bits, BLOCK[bits]
     G = QB // 4
     mine = [s for s in states if s in present and s in signs]
@@ -90,7 +90,7 @@ def _copies(tag: str, src: str, want) -> list:
     return L
 
 
-def _search_fns(tag: str, bits: int, closed: bool = False, form: str = "decade") -> list:
+def _search_fns(tag: str, bits: int, closed: bool = False, form: str = "") -> list:
     """One sign's code search (``q_code_<tag>``) over its midpoints (``closed``: :mod:`.qsearch`'s ``form``), and its codes
     (:func:`_codes_fns`)."""
     bisect = [f"fn q_search_{tag}(v: f32, sc: f32) -> u32 {{  // the count of sc * midpoint < v by bisection",

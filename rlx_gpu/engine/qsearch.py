@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from ..core import qclosed, quant
 
-__all__ = ["closed_code_fn", "FORMS8"]
+__all__ = ["closed_code_fn", "FORMS"]
 
-FORMS8 = ("decade", "log", "calc")  # the 8-bit closed forms (Optimizer.QFORM8)
+# the closed forms by state width, the first the default (Optimizer.QFORM8, QFORM4; 4-bit "linear": the unsigned
+# map's, the signed one keeps the bisection)
+FORMS = {8: ("decade", "log", "calc"), 4: ("bisect", "linear")}
 
 
 def _f(v) -> str:
@@ -17,14 +19,28 @@ def _f(v) -> str:
     return f"{float(v)!r}f"
 
 
-def closed_code_fn(tag: str, bits: int, form: str = "decade") -> list:
-    """``q_code_<tag>`` for the signed (``s``) or unsigned (``u``) map of ``bits`` bits, in closed form (8-bit:
-    ``form``, one of :data:`FORMS8`)."""
-    if bits != 8:
-        return _bisection(tag, quant.midpoints(bits, tag == "s"))
-    if form not in FORMS8:
-        raise ValueError(f"QFORM8: unknown form {form!r}; expected one of {list(FORMS8)}")
+def closed_code_fn(tag: str, bits: int, form: str = "") -> list:
+    """``q_code_<tag>`` for the signed (``s``) or unsigned (``u``) map of ``bits`` bits, in closed form ``form``
+    (one of :data:`FORMS` of the width; "": the first)."""
+    form = form or FORMS[bits][0]
+    if form not in FORMS[bits]:
+        raise ValueError(f"QFORM{bits}: unknown form {form!r}; expected one of {list(FORMS[bits])}")
+    if bits == 4:
+        return _bisection(tag, quant.midpoints(bits, tag == "s"), "q_bisect_u" if form == "linear" and tag == "u"
+                          else "") + (_linear() if form == "linear" and tag == "u" else [])
     return _head(tag) + (_decades(tag) if form == "decade" else _log_y(tag)) + _settle(tag, form == "calc")
+
+
+def _linear() -> list:
+    """The 4-bit unsigned map (k + 1) / 16: midpoint k is (2k + 3) / 32 exactly (the stored float32), and
+    g = floor(16 x - 1) is the code or one below it (core/qclosed.check_linear4); x inf/NaN or far past 1, or the
+    scale out of range: the bisection."""
+    lo, hi = qclosed.SCALE_RANGE
+    return ["fn q_code_u(v: f32, a: f32, inv: f32) -> u32 {", "    let sc = select(a, 1.0, a == 0.0);",
+            "    let x = v * inv;",
+            f"    if (!(abs(x) < 4.0) || sc < {_f(lo)} || sc > {_f(hi)}) {{ return q_bisect_u(v, a); }}",
+            "    let g = u32(clamp(fma(x, 16.0, -1.0), 0.0, 14.0));",
+            "    return g + select(0u, 1u, sc * fma(f32(g), 0.0625, 0.09375) < v);", "}"]
 
 
 def _head(tag: str) -> list:
@@ -83,9 +99,10 @@ def _mid(tag: str, exact: str) -> list:
             "    return g + select(0u, 1u, p < v);"]
 
 
-def _bisection(tag: str, mids) -> list:
+def _bisection(tag: str, mids, name: str = "") -> list:
     """The bisection of :func:`rlx_gpu.core.quant._search` over 2**k - 1 midpoints held as constants: step
-    ``st`` compares midpoint ``c + st - 1``, picked from the steps before by a tree of selects."""
+    ``st`` compares midpoint ``c + st - 1``, picked from the steps before by a tree of selects (``q_code_<tag>``, or
+    a function ``name`` of ``(v, a)``)."""
     n = len(mids) + 1
     steps = [n >> (k + 1) for k in range(n.bit_length() - 1)]  # 8, 4, 2, 1 for 16 codes
 
@@ -94,7 +111,8 @@ def _bisection(tag: str, mids) -> list:
             return _f(mids[base + st - 1])
         (w, b), rest = done[0], done[1:]
         return f"select({pick(rest, base, st)}, {pick(rest, base + w, st)}, {b})"
-    L = [f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{", "    // the bisection, the midpoints as constants",
+    L = [f"fn {name}(v: f32, a: f32) -> u32 {{" if name else f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{",
+         "    // the bisection, the midpoints as constants",
          "    let sc = select(a, 1.0, a == 0.0);"]
     done = []
     for st in steps:
