@@ -24,7 +24,9 @@ decides the code unless ``v`` lies within :data:`MID_BAND` of it (relatively: th
 stored midpoint is loaded: the search reads no memory for nearly every value.
 
 4-bit maps (16 entries): the bisection itself, four steps over the 15 midpoints held as constants (selects in a
-tree; no table, no workgroup memory), which is the count of the rule by definition.
+tree; no table, no workgroup memory), which is the count of the rule by definition. ``QFORM4 = "linear"``: the
+unsigned map is (k + 1) / 16, its midpoints (2k + 3) / 32 exactly, so ``g = floor(16 x - 1)`` (clamped to 0..14,
+the code or one below it: :func:`check_linear4`) and one comparison with ``s * (g / 16 + 3 / 32)``.
 
 The maps are the library's own (a state dict with another map is refused: :func:`rlx_gpu.core.quant.split_state`),
 so every quantized bucket can take the closed form.
