@@ -172,6 +172,9 @@ def test_quantized_switches_by_state_width(device):
     with pytest.raises(ValueError, match=r"QFORM8: unknown form 'nope'; expected one of \['decade', 'log', 'calc'\]"):
         bad.step({"a": np.ones(3000, np.float32)})
     np.testing.assert_array_equal(bad.read_params()["a"], p["a"])  # (nothing changed)
+    bad4 = _variant("AdamW", {"QFORM4": "decade"})(p, state_bits=4, min_quantized_size=1, device=device)
+    with pytest.raises(ValueError, match=r"QFORM4: unknown form 'decade'; expected one of \['bisect', 'linear'\]"):
+        bad4.step({"a": np.ones(3000, np.float32)})
 
 
 @pytest.mark.parametrize("opts,dtype", [({"state_bits": 8}, "bfloat16"), ({"state_bits": 4, "amsgrad": True}, "float32"),

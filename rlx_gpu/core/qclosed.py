@@ -17,10 +17,10 @@ search did for ``x`` inf/NaN.
 8-bit's other forms (``Optimizer.QFORM8``): ``"log"`` takes the decade as ``d = floor(log10|x|) + 7`` (0..6) from
 ``log2|x|`` and ``y = exp2(log2|x| + K + d log2(1/5)) + C1 2^d + C0`` (:func:`log_y`): no selects; the GPU's log2
 and exp2 are approximate, so :func:`check_guess` takes it as any ``y`` within :data:`LOG_ERR` of the exact line.
-``"calc"`` also computes the midpoint: entry ``j`` of the map is ``UNIT / 2 * 5^e (18 t + 9 - 16 2^e)`` (``t``
-its place in the map's positive half, ``e`` its top bit: :data:`MIDS`), so midpoint ``g`` is ``UNIT`` times an
-integer sum of u32 arithmetic, within 2 float32 steps of the stored one (:func:`check_mids`); ``s`` times it
-decides the code unless ``v`` lies within :data:`MID_BAND` of it (relatively: the two products differ by less), where the
+``"calc"`` also computes the midpoint: entry ``j`` of the map is ``UNIT / 2 * 5^e (18 t + 9 - 16 2^e)`` (``t`` its
+place in the map's positive half, ``e`` its top bit: :data:`MIDS`), so midpoint ``g`` is ``UNIT`` times an integer
+sum of u32 arithmetic, within 2 float32 steps of the stored one (:func:`check_mids`); ``s`` times it decides the
+code unless ``v`` lies within :data:`MID_BAND` of it (relatively: the two products differ by less), where the
 stored midpoint is loaded: the search reads no memory for nearly every value.
 
 4-bit maps (16 entries): the bisection itself, four steps over the 15 midpoints held as constants (selects in a
@@ -37,7 +37,8 @@ import numpy as np
 
 from . import quant
 
-__all__ = ["decades", "guess", "check_guess", "log_y", "LOG_ERR", "MIDS", "MID_BAND", "check_linear4", "mid_sums", "check_mids", "SCALE_RANGE"]
+__all__ = ["decades", "guess", "check_guess", "log_y", "LOG_ERR", "MIDS", "MID_BAND", "check_linear4", "mid_sums",
+           "check_mids", "SCALE_RANGE"]
 
 F32 = np.float32
 SCALE_RANGE = (2.0 ** -100, 2.0 ** 100)  # block scales outside take the bisection
@@ -128,6 +129,7 @@ def _mirror(y, x, signed: bool) -> np.ndarray:
 # lines meet there); exp2(d) for 2^d in C: < 2e-4. So y is within LOG_ERR of the line with a margin of 4.
 LOG_ERR = 0.02
 LOG10_2, LOG2_5TH = F32(np.log10(2.0)), F32(np.log2(0.2))
+LOG_FLOOR = F32(2.0 ** -100)  # |x| below it taken as it (y moves by < 1e-23)
 
 
 def log_consts(signed: bool) -> tuple:
@@ -139,8 +141,7 @@ def log_consts(signed: bool) -> tuple:
 def log_y(x, signed: bool) -> np.ndarray:
     """The "log" forms' ``y`` in float32 as the kernels compute it (NumPy's log2/exp2, more exact than a GPU's)."""
     k, c1, c0 = log_consts(signed)
-    with np.errstate(divide="ignore"):
-        lg = np.log2(np.abs(np.asarray(x, F32)))
+    lg = np.log2(np.maximum(np.abs(np.asarray(x, F32)), LOG_FLOOR))
     fd = np.clip(np.floor(lg * LOG10_2 + F32(7)), 0, 6).astype(F32)
     return np.exp2(fd * LOG2_5TH + (lg + k)).astype(F32) + (np.exp2(fd) * c1 + c0).astype(F32)
 

@@ -68,7 +68,7 @@ def _log_y(tag: str) -> list:
     """y: the decade d = floor(log10|x|) + 7 (0..6), y = exp2(log2|x| + K + d log2(1/5)) + C1 2^d + C0
     (core/qclosed.log_y: within LOG_ERR of the line, which check_guess takes)."""
     k, c1, c0 = qclosed.log_consts(tag == "s")
-    return ["    let lg = log2(ax);  // (-inf for 0: y = C of decade 0)",
+    return [f"    let lg = log2(max(ax, {_f(qclosed.LOG_FLOOR)}));  // (log2 of 0 / subnormals: undefined)",
             f"    let fd = clamp(floor(fma(lg, {_f(qclosed.LOG10_2)}, 7.0)), 0.0, 6.0);",
             f"    let y = exp2(fma(fd, {_f(qclosed.LOG2_5TH)}, lg + {_f(k)})) + fma(exp2(fd), {_f(c1)}, {_f(c0)});"]
 
