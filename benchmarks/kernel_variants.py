@@ -13,10 +13,12 @@ maxima; FULL: unquantized drivers); ``+qdirect`` (quantized rows: the default wi
 the state buffers instead of copied into workgroup memory); ``+qclosed`` (quantized rows: the code search in
 closed form, engine/qsearch.py), ``qclosed-ept4`` (that with four vec4s a thread: EPT = 4, every bucket) and
 ``qclosed-qept4`` (that with QEPT = 4: the quantized buckets' kernels alone take four vec4s a thread, in workgroups
-of half the threads, the engine block kept); ``-merge``, ``-rowcols`` (Adafactor: its stats pass
-apart from update_norm again; its rows and cols passes in two dispatches again), ``finish1``, ``finish8``
-(Adafactor.FINISH: the finish pass loads 1 or 8 column partials at once, the default 16; ``+wide``/``-wide`` its
-16-bit rows with WIDE the other way from the default); ``ept4`` (the default with four
+of half the threads, the engine block kept); ``+qlog``, ``+qcalc`` (quantized rows: the default with 8-bit's
+closed form QFORM8 ``"log"``, the decade by log2, or ``"calc"``, that and the midpoint computed: engine/qsearch.py),
+``+qlin4`` (QFORM4 ``"linear"``: the 4-bit unsigned map's code by one comparison); ``-merge``, ``-rowcols``
+(Adafactor: its stats pass apart from update_norm again; its rows and cols passes in two dispatches again),
+``finish1``, ``finish8`` (Adafactor.FINISH: the finish pass loads 1 or 8 column partials at once, the default 16;
+``+wide``/``-wide`` its 16-bit rows with WIDE the other way from the default); ``ept4`` (the default with four
 vec4s a thread instead of two: AdamW's 16-bit rows and the quantized ones); and the quantized rows' timing-only
 diagnostics ``x-search``, ``x-decode``, ``x-maps`` (results wrong on purpose: ``qdiag.py``). A row that fails to
 build or step prints its error and the others go on; rows past ``--budget-s`` are left out (named at the end).
@@ -46,6 +48,7 @@ from qdiag import DIAGNOSTICS, diagnostic_class  # (benchmarks/: the script's fo
 ELEMENTWISE = ("adamw", "adam", "sgd", "rmsprop", "adagrad", "nadamw", "radam", "qhadamw", "lion", "sophiah")
 REDUCING = ("lamb", "mars", "adafactor")
 QUANTIZED = ("adamw8bit", "adamw4bit")
+QFORMS = {"+qlog": (8, "log"), "+qcalc": (8, "calc"), "+qlin4": (4, "linear")}  # variant: (width, its QFORM)
 
 
 def variants(opt: str, precision: str) -> list:
@@ -53,7 +56,8 @@ def variants(opt: str, precision: str) -> list:
     out = ["off", "default"]
     low = precision != "fp32"
     if opt in QUANTIZED:
-        return out + ["+qdirect", "ept4", "+qclosed", "qclosed-ept4", "qclosed-qept4", *DIAGNOSTICS]  # (ept4: EPT = 4)
+        return out + ["+qdirect", "ept4", "+qclosed", "qclosed-ept4", "qclosed-qept4",
+                     *[v for v, (b, _) in QFORMS.items() if b == (8 if opt == "adamw8bit" else 4)], *DIAGNOSTICS]
     if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
                                                                                           else [])
@@ -71,6 +75,10 @@ def switches(variant: str, cls=Optimizer) -> dict:
     if variant == "off":
         return {k: False for k in SWITCHES}
     base = {k: getattr(cls, k) for k in SWITCHES}
+    if variant in QFORMS:  # (one width's closed form on, as that form; the other width's as the default's)
+        q, (bits, form) = base["QCLOSED"], QFORMS[variant]
+        q = {w: q.get(w, False) if isinstance(q, dict) else bool(q) for w in (4, 8)}
+        return dict(base, QCLOSED={**q, bits: True}, **{f"QFORM{bits}": form})
     if variant[0] in "-+":
         base[variant[1:].upper()] = variant[0] == "+"
     if variant in ("ept4", "qclosed-ept4"):  # (four vec4s a thread: half the workgroups)
@@ -165,7 +173,7 @@ def groups(args) -> list:
 
 
 COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "-merge", "-rowcols", "finish1",
-           "finish8", "+qdirect", "ept4", "+qclosed", "qclosed-ept4", "qclosed-qept4", *DIAGNOSTICS)
+           "finish8", "+qdirect", "ept4", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:

@@ -28,7 +28,11 @@ VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), d
 # QEPT = 4, the quantized buckets' kernels alone, in workgroups of half the threads, the engine block kept)
 QVARIANTS = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {"QCLOSED": True},
              {"QCLOSED": True, "EPT": 4}, dict(OFF, QCLOSED=True, QDIRECT=True, EPT=4), {"QCLOSED": True, "QEPT": 4},
-             dict(OFF, QEPT=4), dict(OFF, SUBGROUPS=True, QCLOSED=True, QEPT=4)]
+             dict(OFF, QEPT=4), dict(OFF, SUBGROUPS=True, QCLOSED=True, QEPT=4),
+             # (the other closed forms, engine/qsearch.FORMS: 8-bit's decade by log2, the midpoint computed; 4-bit
+             # unsigned's one comparison)
+             dict(OFF, QCLOSED=True, QFORM8="log", QFORM4="linear"), {"QCLOSED": True, "QFORM8": "calc"},
+             dict(OFF, SUBGROUPS=True, QCLOSED=True, QFORM8="calc", QFORM4="linear", EPT=4)]
 # (class, hyperparameters, options): elementwise ones bit for bit, reducing ones within the bound
 CASES = [("AdamW", {"amsgrad": True}, {}), ("SGD", {"momentum": 0.9, "nesterov": True}, {}), ("Lion", {}, {}),
          ("RMSprop", {"centered": True, "momentum": 0.5}, {}), ("LAMB", {}, {}), ("Mars", {}, {}),
@@ -152,7 +156,7 @@ def test_switches_by_precision(device):
 
 def test_quantized_switches_by_state_width(device):
     """QCLOSED by state width (the H200's choice: the constant bisection of 4-bit maps on, 8-bit's closed form off);
-    an unknown width is an error naming the switch."""
+    an unknown width is an error naming the switch, and so is an unknown 8-bit form (QFORM8), changing nothing."""
     p = {"a": np.zeros(3000, np.float32)}
 
     def closed(bits, cls=rlx_gpu.AdamW):
@@ -162,6 +166,15 @@ def test_quantized_switches_by_state_width(device):
     assert closed(8, _variant("AdamW", {"QCLOSED": {8: True}})) and not closed(4, _variant("AdamW", {"QCLOSED": {8: True}}))
     with pytest.raises(ValueError, match=r"AdamW.QCLOSED: unknown state widths \[2\]"):
         closed(8, _variant("AdamW", {"QCLOSED": {2: True}}))
+    assert rlx_gpu.AdamW.QFORM8 == "decade"
+    bad = _variant("AdamW", {"QCLOSED": {8: True}, "QFORM8": "nope"})(p, state_bits=8, min_quantized_size=1,
+                                                                      device=device)
+    with pytest.raises(ValueError, match=r"QFORM8: unknown form 'nope'; expected one of \['decade', 'log', 'calc'\]"):
+        bad.step({"a": np.ones(3000, np.float32)})
+    np.testing.assert_array_equal(bad.read_params()["a"], p["a"])  # (nothing changed)
+    bad4 = _variant("AdamW", {"QFORM4": "decade"})(p, state_bits=4, min_quantized_size=1, device=device)
+    with pytest.raises(ValueError, match=r"QFORM4: unknown form 'decade'; expected one of \['bisect', 'linear'\]"):
+        bad4.step({"a": np.ones(3000, np.float32)})
 
 
 @pytest.mark.parametrize("opts,dtype", [({"state_bits": 8}, "bfloat16"), ({"state_bits": 4, "amsgrad": True}, "float32"),

@@ -4,7 +4,8 @@ searches' WGSL (the drivers' own functions, ``q_codes_s`` / ``q_codes_u``) run o
 and block words: every binade of v / absmax with dense mantissas, every midpoint times absmax and its neighbours
 up to 3 ulps both ways, 0, -0, subnormals, +-inf, NaN, values past the map's ends; absmax words of every exponent
 (subnormal, 0, FLT_MAX, flagged: a negated block, a block holding +inf). The optimizers' parity with the switch on:
-tests/test_kernel_variants.py."""
+tests/test_kernel_variants.py. Each closed form (engine/qsearch.FORMS) so: 8-bit's decade by comparisons, by log2, and that with the
+midpoint computed; 4-bit's constant bisection and the unsigned map's one comparison (linear)."""
 import numpy as np
 import pytest
 
@@ -32,7 +33,43 @@ def test_guess_is_the_code_or_one_below(signed):
         qclosed.decades = orig
 
 
-def _module(bits: int, tag: str, closed: bool) -> str:
+@pytest.mark.parametrize("signed", [True, False])
+def test_log_forms_guess_within_their_bound(signed):
+    """The "log" forms' y (core/qclosed.log_y, NumPy's log2/exp2) lies within a tenth of LOG_ERR of the exact line
+    over the decades, 0 and past 1; every y within LOG_ERR of the line gives a guess one midpoint settles
+    (check_guess with err), and one within 0.3 does not (the check can fail)."""
+    x = np.concatenate([np.geomspace(1e-10, 2, 400_001), [0.0, 1e-45, 1e-38]]).astype(F32)
+    x = np.concatenate([x, (10.0 ** np.arange(-7, 1)[:, None] * (1 + np.arange(-64, 65) * 2.0 ** -23)).ravel()])
+    assert np.abs(qclosed.log_y(x, signed) - qclosed._line(x, signed)).max() < qclosed.LOG_ERR / 10
+    assert qclosed.check_guess(signed, err=qclosed.LOG_ERR) > 50_000
+    with pytest.raises(AssertionError):
+        qclosed.check_guess(signed, err=0.3)
+
+
+def test_linear_4bit_guess_is_the_code_or_one_below():
+    """core/qclosed.check_linear4: the 4-bit unsigned map's guess floor(16 x - 1) is the code or one below it near
+    every midpoint and every place it changes; its midpoints are (2k + 3) / 32 exactly, as the kernel computes."""
+    assert qclosed.check_linear4() > 5_000
+    k = np.arange(15, dtype=F32)
+    np.testing.assert_array_equal(quant.midpoints(4, False), k * F32(0.0625) + F32(0.09375))
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_calc_midpoints_are_the_stored_ones_within_two_steps(signed):
+    """The "calc" form's midpoints (UNIT * an integer sum, core/qclosed.MIDS) are within 2 float32 steps of the
+    stored ones, either rounding of the sum, so sc * it and sc * the stored one (each rounded once more) differ by
+    less than half the kernel's band MID_BAND, relatively; and a wrong sum is caught."""
+    k = qclosed.check_mids(signed)
+    assert k <= 2 and 2 * (k * 2.0 ** -23 + 2 * 2.0 ** -24) < qclosed.MID_BAND
+    orig = qclosed.mid_sums
+    try:
+        qclosed.mid_sums = lambda g, s: orig(g, s) + 1000 * (np.asarray(g) == 200)
+        assert qclosed.check_mids(signed) > 2
+    finally:
+        qclosed.mid_sums = orig
+
+
+def _module(bits: int, tag: str, closed: bool, form: str = "") -> str:
     """A module computing q_codes_<tag>(vals[i], words[i]) with the drivers' search (header read from ``h_q``)."""
     want = ("m",) if closed and bits == 4 else ("m", "t") if closed else ("m", "t", "g")
     return "\n".join([load_source("ieee.wgsl"), f"const QN: u32 = {2 ** bits}u;", f"const QT: u32 = {quant.GUESS_KEYS}u;",
@@ -40,7 +77,7 @@ def _module(bits: int, tag: str, closed: bool) -> str:
                       "@group(0) @binding(1) var<storage, read_write> vals: array<vec4<f32>>;",
                       "@group(0) @binding(2) var<storage, read_write> words: array<u32>;",
                       "@group(0) @binding(3) var<storage, read_write> codes: array<vec4<u32>>;",
-                      *_maps(tag, "h", True, want), *_search_fns(tag, bits, closed),
+                      *_maps(tag, "h", True, want), *_search_fns(tag, bits, closed, form),
                       "@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3<u32>, "
                       "@builtin(num_workgroups) n: vec3<u32>) {",
                       "    let i = g.x + g.y * n.x * 64u;",
@@ -87,9 +124,9 @@ def _codes(device, code: str, vals, words, h) -> np.ndarray:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("bits,form", [(8, "decade"), (8, "log"), (8, "calc"), (4, "bisect"), (4, "linear")])
 @pytest.mark.parametrize("signed", [True, False])
-def test_closed_form_codes_are_the_searchs(bits, signed, device):
+def test_closed_form_codes_are_the_searchs(bits, form, signed, device):
     """The closed form's codes equal the guide search's on every value of the sweep (both on this GPU), and both
     equal the rule's count (core/quant.py's bisection) where the values and the products are normal floats (a
     GPU may flush subnormals; the NumPy rule does not)."""
@@ -97,7 +134,7 @@ def test_closed_form_codes_are_the_searchs(bits, signed, device):
     vals, words = _sweep(bits, signed)
     h = header(bits, signed)
     old = _codes(device, _module(bits, tag, False), vals, words, h)
-    new = _codes(device, _module(bits, tag, True), vals, words, h)
+    new = _codes(device, _module(bits, tag, True, form), vals, words, h)
     diff = np.nonzero((old != new).any(axis=1))[0]
     assert diff.size == 0, (f"{diff.size} of {words.size} rows differ, e.g. values {vals[diff[0]]} word "
                             f"{words[diff[0]]:#x}: guide {old[diff[0]]}, closed {new[diff[0]]}")

@@ -37,7 +37,8 @@ class Emit:
     ``vpack``: bfloat16 stores round with ``pack4v_bf16`` (the same bits from vector operations); ``qdirect``
     (quantized buckets): maps, midpoints and guides read from the state buffers' headers, not first copied into
     workgroup memory behind a barrier (the same words); ``qclosed`` (quantized buckets): the code search in closed
-    form (:mod:`rlx_gpu.engine.qsearch`: the same codes)."""
+    form (:mod:`rlx_gpu.engine.qsearch`: the same codes); ``qform``: which closed form the state width takes
+    (``Optimizer.QFORM8`` / ``QFORM4``, one of :data:`rlx_gpu.engine.qsearch.FORMS`; "": the width's default)."""
     wide: bool = False
     full: bool = False
     subgroups: bool = False
@@ -45,6 +46,7 @@ class Emit:
     vpack: bool = False
     qdirect: bool = False
     qclosed: bool = False
+    qform: str = ""
 
 
 PLAIN = Emit()

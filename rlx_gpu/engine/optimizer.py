@@ -73,6 +73,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     QDIRECT = False  # quantized buckets: the maps read from the state buffers, not copied (to be measured: issue 25)
     QCLOSED = {4: True, 8: False}  # quantized buckets: the code search in closed form, the same codes (by width:
     # the H200 measured 4-bit +13%, 8-bit -1% fp32 / -11% bf16 params: PERF_NOTES 59)
+    QFORM8, QFORM4 = "decade", "bisect"  # the closed form a width takes where QCLOSED is on (engine/qsearch.FORMS)
     QEPT = None  # quantized buckets: vec4s a thread, the block kept (codegen.kernel_shape; to be measured: issue 25)
     constants: dict = {}   # further WGSL override constants of the shader
     on_device = True
@@ -192,7 +193,8 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         low = sig.precision != "float32"
         return Emit(wide=on["WIDE"] and low and even and not (sig.qat or sig.qbits), full=on["FULL"] and not sig.qat,
                     subgroups=sub, directive=sub and subgroup_directive(), vpack=on["VPACK"],
-                    qdirect=on["QDIRECT"] and bool(sig.qbits), qclosed=on["QCLOSED"] and bool(sig.qbits))
+                    qdirect=on["QDIRECT"] and bool(sig.qbits), qclosed=on["QCLOSED"] and bool(sig.qbits),
+                    qform=self.QFORM8 if sig.qbits == 8 else self.QFORM4)
 
     def _kernel(self, bucket, entry: str):
         key = (bucket.sig, tuple(bucket.states), entry)

@@ -28,10 +28,10 @@ QK = 8  # engine blocks per workgroup in a quantized pass (the maps are copied i
 
 
 def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, subgroups: bool = False,
-              direct: bool = False, closed: bool = False) -> str:
+              direct: bool = False, closed: bool = False, form: str = "") -> str:
     """Workgroup copies of the maps (``direct``: none, the maps read from the state buffer's header where used),
     per-state loads, the code search (``closed``: in closed form, :mod:`.qsearch`: no guide, and for 4-bit no
-    midpoints read), and the block maxima: workgroup atomics on absmax slots, or (``subgroups``) :func:`_bmax`."""
+    midpoints read; ``form``: :data:`.qsearch.FORMS`), and the block maxima: workgroup atomics on absmax slots, or (``subgroups``) :func:`_bmax`."""
     QN, QB = 2 ** bits, BLOCK[bits]
     G = QB // 4
     mine = [s for s in states if s in present and s in signs]
@@ -46,7 +46,7 @@ def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, s
         src = next((s for s in mine if signs[s] == want), None)
         if src is not None:
             want = ("m",) if closed and bits == 4 else ("m", "t") if closed else ("m", "t", "g")
-            L += _maps(tag, src, direct, want) + _search_fns(tag, bits, closed)
+            L += _maps(tag, src, direct, want) + _search_fns(tag, bits, closed, form)
             load += [] if direct else _copies(tag, src, want)
     L += ["fn q_load_maps(lid: u32) {"] + load + ["    workgroupBarrier();", "}",
           "fn q_base(i: u32) -> u32 { return QH + (i / QG) * QS; }  // the first word of vec4 i's block",
@@ -90,15 +90,15 @@ def _copies(tag: str, src: str, want) -> list:
     return L
 
 
-def _search_fns(tag: str, bits: int, closed: bool = False) -> list:
-    """One sign's code search (``q_code_<tag>``) over its midpoints (``closed``: :mod:`.qsearch`'s), and its codes
+def _search_fns(tag: str, bits: int, closed: bool = False, form: str = "") -> list:
+    """One sign's code search (``q_code_<tag>``) over its midpoints (``closed``: :mod:`.qsearch`'s ``form``), and its codes
     (:func:`_codes_fns`)."""
     bisect = [f"fn q_search_{tag}(v: f32, sc: f32) -> u32 {{  // the count of sc * midpoint < v by bisection",
               "    var c = 0u;",
               "    for (var st = QN / 2u; st > 0u; st = st / 2u) {",
               f"        if (sc * q_t_{tag}(c + st - 1u) < v) {{ c = c + st; }}", "    }", "    return c;", "}"]
     if closed:
-        return (bisect if bits == 8 else []) + closed_code_fn(tag, bits) + _codes_fns(tag, bits)
+        return (bisect if bits == 8 else []) + closed_code_fn(tag, bits, form) + _codes_fns(tag, bits)
     return bisect + [
             f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{",
             "    // the guide's guess from the float bits of v / a is within one code of the count of",

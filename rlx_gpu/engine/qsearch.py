@@ -1,11 +1,17 @@
 """The quantized drivers' code search in closed form (``Optimizer.QCLOSED``; the form and its check:
 :mod:`rlx_gpu.core.qclosed`): ``q_code_<tag>(v, a, inv)`` as :mod:`.qcodegen`'s guide-table search defines it, the
-same codes, without the guide. 8-bit: the decade's line, one midpoint; 4-bit: the bisection over constants."""
+same codes, without the guide. 8-bit: the decade's line, one midpoint (``form``: ``"decade"``, the decade by six
+comparisons; ``"log"``, by log2 and exp2; ``"calc"``, that and the midpoint computed, loaded only near it); 4-bit:
+the bisection over constants."""
 from __future__ import annotations
 
 from ..core import qclosed, quant
 
-__all__ = ["closed_code_fn"]
+__all__ = ["closed_code_fn", "FORMS"]
+
+# the closed forms by state width, the first the default (Optimizer.QFORM8, QFORM4; 4-bit "linear": the unsigned
+# map's, the signed one keeps the bisection)
+FORMS = {8: ("decade", "log", "calc"), 4: ("bisect", "linear")}
 
 
 def _f(v) -> str:
@@ -13,35 +19,90 @@ def _f(v) -> str:
     return f"{float(v)!r}f"
 
 
-def closed_code_fn(tag: str, bits: int) -> list:
-    """``q_code_<tag>`` for the signed (``s``) or unsigned (``u``) map of ``bits`` bits, in closed form."""
-    return _decades(tag) if bits == 8 else _bisection(tag, quant.midpoints(bits, tag == "s"))
+def closed_code_fn(tag: str, bits: int, form: str = "") -> list:
+    """``q_code_<tag>`` for the signed (``s``) or unsigned (``u``) map of ``bits`` bits, in closed form ``form``
+    (one of :data:`FORMS` of the width; "": the first)."""
+    form = form or FORMS[bits][0]
+    if form not in FORMS[bits]:
+        raise ValueError(f"QFORM{bits}: unknown form {form!r}; expected one of {list(FORMS[bits])}")
+    if bits == 4:
+        return _bisection(tag, quant.midpoints(bits, tag == "s"), "q_bisect_u" if form == "linear" and tag == "u"
+                          else "") + (_linear() if form == "linear" and tag == "u" else [])
+    return _head(tag) + (_decades(tag) if form == "decade" else _log_y(tag)) + _settle(tag, form == "calc")
 
 
-def _decades(tag: str) -> list:
-    low, slope, icpt = qclosed.decades(tag == "s")
+def _linear() -> list:
+    """The 4-bit unsigned map (k + 1) / 16: midpoint k is (2k + 3) / 32 exactly (the stored float32), and
+    g = floor(16 x - 1) is the code or one below it (core/qclosed.check_linear4); x inf/NaN or far past 1, or the
+    scale out of range: the bisection."""
     lo, hi = qclosed.SCALE_RANGE
-    pick = [f"    s = select(s, {_f(slope[d + 1])}, ax >= {_f(low[d])}); c = select(c, {_f(icpt[d + 1])}, "
-            f"ax >= {_f(low[d])});" for d in range(6)]
-    mirror = "select(ga, 253 - ga, x < 0.0), 0, 254" if tag == "s" else "select(ga, 0, x < 0.0), 0, 254"
+    return ["fn q_code_u(v: f32, a: f32, inv: f32) -> u32 {", "    let sc = select(a, 1.0, a == 0.0);",
+            "    let x = v * inv;",
+            f"    if (!(abs(x) < 4.0) || sc < {_f(lo)} || sc > {_f(hi)}) {{ return q_bisect_u(v, a); }}",
+            "    let g = u32(clamp(fma(x, 16.0, -1.0), 0.0, 14.0));",
+            "    return g + select(0u, 1u, sc * fma(f32(g), 0.0625, 0.09375) < v);", "}"]
+
+
+def _head(tag: str) -> list:
+    lo, hi = qclosed.SCALE_RANGE
     return [f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{",
-            "    // g: the floor of |x|'s place on its decade's line (x = v / a; mirrored below 0), the code or one",
+            "    // g: the floor of |x|'s place y on its decade's line (x = v / a; mirrored below 0), the code or one",
             "    // below it for every x (core/qclosed.py checks it); one midpoint settles it",
             "    let sc = select(a, 1.0, a == 0.0);",
             "    let x = v * inv;",
             f"    if ((bitcast<u32>(x) & ABS_BITS) >= EXP_BITS || sc < {_f(lo)} || sc > {_f(hi)}) {{",
             f"        return select(q_search_{tag}(v, sc), 0u, is_nan(v));  // x inf/NaN, or products out of range",
             "    }",
-            "    let ax = abs(x);",
-            f"    var s = {_f(slope[0])};", f"    var c = {_f(icpt[0])};", *pick,
-            "    let ga = i32(clamp(s * ax + c, 0.0, 254.0));",
-            f"    let g = u32(clamp({mirror}));",
-            f"    return g + select(0u, 1u, sc * q_t_{tag}(g) < v);", "}"]
+            "    let ax = abs(x);"]
 
 
-def _bisection(tag: str, mids) -> list:
+def _decades(tag: str) -> list:
+    """y: the decade by six comparisons, its slope and intercept by selects of constants."""
+    low, slope, icpt = qclosed.decades(tag == "s")
+    pick = [f"    s = select(s, {_f(slope[d + 1])}, ax >= {_f(low[d])}); c = select(c, {_f(icpt[d + 1])}, "
+            f"ax >= {_f(low[d])});" for d in range(6)]
+    return [f"    var s = {_f(slope[0])};", f"    var c = {_f(icpt[0])};", *pick, "    let y = s * ax + c;"]
+
+
+def _log_y(tag: str) -> list:
+    """y: the decade d = floor(log10|x|) + 7 (0..6), y = exp2(log2|x| + K + d log2(1/5)) + C1 2^d + C0
+    (core/qclosed.log_y: within LOG_ERR of the line, which check_guess takes)."""
+    k, c1, c0 = qclosed.log_consts(tag == "s")
+    return [f"    let lg = log2(max(ax, {_f(qclosed.LOG_FLOOR)}));  // (log2 of 0 / subnormals: undefined)",
+            f"    let fd = clamp(floor(fma(lg, {_f(qclosed.LOG10_2)}, 7.0)), 0.0, 6.0);",
+            f"    let y = exp2(fma(fd, {_f(qclosed.LOG2_5TH)}, lg + {_f(k)})) + fma(exp2(fd), {_f(c1)}, {_f(c0)});"]
+
+
+def _settle(tag: str, calc: bool) -> list:
+    """g from y, and the code: one midpoint comparison (``calc``: with the midpoint computed, :func:`_mid`)."""
+    mirror = "select(ga, 253u - ga, x < 0.0)" if tag == "s" else "select(ga, 0u, x < 0.0)"
+    top = "select(254.0, 253.0, x < 0.0)" if tag == "s" else "254.0"  # (253 - ga >= 0)
+    L = [f"    let ga = u32(clamp(y, {'127.0' if tag == 's' else '0.0'}, {top}));", f"    let g = {mirror};"]
+    exact = f"g + select(0u, 1u, sc * q_t_{tag}(g) < v)"
+    return L + (_mid(tag, exact) if calc else [f"    return {exact};"]) + ["}"]
+
+
+def _mid(tag: str, exact: str) -> list:
+    """The midpoint g as UNIT * (A(t) + A(t + 1)) in u32 arithmetic (core/qclosed.MIDS: within 2 float32 steps of
+    the stored one, check_mids), so sc * it decides unless v lies within MID_BAND of it (then the stored one does)."""
+    base, zt, zs, top, one, unit = qclosed.MIDS[tag == "s"]
+    t = "ga - 127u" if tag == "s" else "g + 1u"
+    return [f"    let t = {t};", "    let e = firstLeadingBit(max(t, 1u));",
+            "    let p5 = select(1u, 5u, (e & 1u) != 0u) * select(1u, 25u, (e & 2u) != 0u) * "
+            "select(1u, 625u, (e & 4u) != 0u);  // 5^e",
+            "    let a0 = p5 * (18u * t + 9u - (16u << e));  // A(t) (t = 0: not used)",
+            "    var sm = select(2u * a0 + 18u * p5, a0 + 5u * p5 * ((4u << e) + 9u), t + 1u == (2u << e));",
+            f"    sm = select(select(sm, a0 + {one}u, t == {top}u), {zs}u, t == {zt}u);",
+            f"    let m = f32(sm) * {_f(unit)};",
+            f"    let p = sc * {'select(m, -m, x < 0.0)' if tag == 's' else 'm'};",
+            f"    if (abs(v - p) <= abs(p) * {_f(qclosed.MID_BAND)}) {{ return {exact}; }}",
+            "    return g + select(0u, 1u, p < v);"]
+
+
+def _bisection(tag: str, mids, name: str = "") -> list:
     """The bisection of :func:`rlx_gpu.core.quant._search` over 2**k - 1 midpoints held as constants: step
-    ``st`` compares midpoint ``c + st - 1``, picked from the steps before by a tree of selects."""
+    ``st`` compares midpoint ``c + st - 1``, picked from the steps before by a tree of selects (``q_code_<tag>``, or
+    a function ``name`` of ``(v, a)``)."""
     n = len(mids) + 1
     steps = [n >> (k + 1) for k in range(n.bit_length() - 1)]  # 8, 4, 2, 1 for 16 codes
 
@@ -50,7 +111,8 @@ def _bisection(tag: str, mids) -> list:
             return _f(mids[base + st - 1])
         (w, b), rest = done[0], done[1:]
         return f"select({pick(rest, base, st)}, {pick(rest, base + w, st)}, {b})"
-    L = [f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{", "    // the bisection, the midpoints as constants",
+    L = [f"fn {name}(v: f32, a: f32) -> u32 {{" if name else f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{",
+         "    // the bisection, the midpoints as constants",
          "    let sc = select(a, 1.0, a == 0.0);"]
     done = []
     for st in steps:

@@ -88,6 +88,7 @@ def shipped() -> list:
 def _optimizer_modules(d, name: str, cls) -> list:
     """One optimizer's generated modules: every signature, quantized states, the qat= export, a default bucket."""
     from ...engine.codegen import Emit, Signature, optimizer_text
+    from ...engine.qsearch import FORMS
     entries = [p.kernel for p in cls.passes + cls.other_passes]
     consts = {"WG": cls.WG, "EPT": cls.EPT, **cls.constants}
     out = []
@@ -98,8 +99,10 @@ def _optimizer_modules(d, name: str, cls) -> list:
         for label, pd, gd, sd, master, native in SIGNATURES[:2]:
             t = optimizer_text(cls, Signature(pd, gd, sd, master, native, bits))
             out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label}, {bits}-bit)"))
-        t = optimizer_text(cls, Signature(*SIGNATURES[0][1:], bits), emit=Emit(qclosed=True))  # (QCLOSED)
-        out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({bits}-bit, closed search)"))
+        for form in FORMS[bits]:  # (QCLOSED: each form of the width, QFORM8 / QFORM4)
+            t = optimizer_text(cls, Signature(*SIGNATURES[0][1:], bits), emit=Emit(qclosed=True, qform=form))
+            out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts,
+                              f"{name} ({bits}-bit, closed search{'' if form == FORMS[bits][0] else ', ' + form})"))
     if cls.__name__ == "AdamW":  # the qat= export's variant (engine/qat.py), with its own entry points
         for label, pd in (("float32", F32), ("bfloat16", BF16)):
             t = optimizer_text(cls, Signature(pd, pd, F32, False, False, qat=True))
