@@ -32,7 +32,7 @@ FQ_DIAGNOSTICS = ("noalu", "nostore", "chan-one", "chan-vec4")
 _ENC = "fn qat_encode_cached("
 _STORE = "qat_put(q.code + e * q.bits / 32u, word);"
 _SCALES = ("if (cached) { sc = qat_cached_scales(q, p, 4u * j, c0); } else { sc = qat_lane_scales(q, p, 4u * j); }")
-_ENTRY = "let q = qat_entry(select(0u, blk.x, live), live);"
+_ENTRY = "let q = qat_entry(select(0u, blk.tensor, live), live);"
 _NOTE = re.compile(r"qat_note\(qe, qc0, qpos, [^;]*\);")
 _CHAN = "fn chan(e: u32) -> u32 { return (e / args.inner) % args.channels; }"
 _FQ_VEC = "yout[i] = vec4<f32>(fq1(v.x, e), fq1(v.y, e + 1u), fq1(v.z, e + 2u), fq1(v.w, e + 3u));"

@@ -127,23 +127,27 @@ def _codes(device, code: str, vals, words, h) -> np.ndarray:
 @pytest.mark.parametrize("bits,form", [(8, "decade"), (8, "log"), (8, "calc"), (4, "bisect"), (4, "linear")])
 @pytest.mark.parametrize("signed", [True, False])
 def test_closed_form_codes_are_the_searchs(bits, form, signed, device):
-    """The closed form's codes equal the guide search's on every value of the sweep (both on this GPU), and both
-    equal the rule's count (core/quant.py's bisection) where the values and the products are normal floats (a
-    GPU may flush subnormals; the NumPy rule does not)."""
+    """The closed form's codes equal the guide search's and the rule's count (core/quant.py's bisection) where the
+    values and the products are normal floats and the block's scale lies inside SCALE_RANGE; past it (the closed
+    form's fallback, the bisection on v and the scale) the closed form equals the rule too. The guide search may
+    differ only outside the first set, on a GPU that flushes subnormals (the H200: 1 / absmax is subnormal for
+    absmax >= 2^126, so the guide's v * (1 / absmax) is 0 there; llvmpipe keeps subnormals)."""
     tag = "s" if signed else "u"
     vals, words = _sweep(bits, signed)
     h = header(bits, signed)
     old = _codes(device, _module(bits, tag, False), vals, words, h)
     new = _codes(device, _module(bits, tag, True, form), vals, words, h)
-    diff = np.nonzero((old != new).any(axis=1))[0]
-    assert diff.size == 0, (f"{diff.size} of {words.size} rows differ, e.g. values {vals[diff[0]]} word "
-                            f"{words[diff[0]]:#x}: guide {old[diff[0]]}, closed {new[diff[0]]}")
     a = (words & ~quant.FLAG).view(F32)
     lo, hi = qclosed.SCALE_RANGE
     m = np.abs(vals)
-    normal = ((m == 0) | (m >= np.finfo(F32).tiny) | ~np.isfinite(m)).all(axis=1) & (a >= lo) & (a <= hi)
-    assert normal.sum() > words.size // 2
-    np.testing.assert_array_equal(new[normal], _rule(vals, words, bits, signed)[normal])
+    values_normal = ((m == 0) | (m >= np.finfo(F32).tiny) | ~np.isfinite(m)).all(axis=1)
+    normal, big = values_normal & (a >= lo) & (a <= hi), values_normal & (a > hi)
+    assert normal.sum() > words.size // 2 and big.sum() > 1000
+    rule = _rule(vals, words, bits, signed)
+    np.testing.assert_array_equal(new[normal | big], rule[normal | big])
+    diff = np.nonzero((old != new).any(axis=1) & normal)[0]
+    assert diff.size == 0, (f"{diff.size} of {words.size} rows differ, e.g. values {vals[diff[0]]} word "
+                            f"{words[diff[0]]:#x}: guide {old[diff[0]]}, closed {new[diff[0]]}")
     assert vals.size > 300_000
 
 

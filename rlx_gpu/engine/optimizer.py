@@ -71,9 +71,10 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     WIDE = {"bfloat16": True, "float16": False, "bfloat16+master": True}
     FULL, SUBGROUPS, VPACK = True, True, True
     QDIRECT = False  # quantized buckets: the maps read from the state buffers, not copied (to be measured: issue 25)
-    QCLOSED = {4: True, 8: False}  # quantized buckets: the code search in closed form, the same codes (by width:
-    # the H200 measured 4-bit +13%, 8-bit -1% fp32 / -11% bf16 params: PERF_NOTES 59)
-    QFORM8, QFORM4 = "decade", "bisect"  # the closed form a width takes where QCLOSED is on (engine/qsearch.FORMS)
+    QCLOSED = {4: True, 8: True}  # quantized buckets: the code search in closed form, the same codes (by width)
+    # and the form a width takes (engine/qsearch.FORMS): the H200's choices, PERF_NOTES 59 and 64 (8-bit "log"
+    # +14% fp32 / +3% bf16 params over the guide search, 4-bit unsigned "linear" +6% over the bisection)
+    QFORM8, QFORM4 = "log", "linear"
     QEPT = None  # quantized buckets: vec4s a thread, the block kept (codegen.kernel_shape; to be measured: issue 25)
     constants: dict = {}   # further WGSL override constants of the shader
     on_device = True

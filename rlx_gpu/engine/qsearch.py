@@ -9,8 +9,8 @@ from ..core import qclosed, quant
 
 __all__ = ["closed_code_fn", "FORMS"]
 
-# the closed forms by state width, the first the default (Optimizer.QFORM8, QFORM4; 4-bit "linear": the unsigned
-# map's, the signed one keeps the bisection)
+# the closed forms by state width (Optimizer.QFORM8, QFORM4 pick one; 4-bit "linear": the unsigned map's, the
+# signed one keeps the bisection)
 FORMS = {8: ("decade", "log", "calc"), 4: ("bisect", "linear")}
 
 
