@@ -15,7 +15,9 @@ closed form, engine/qsearch.py), ``qclosed-ept4`` (that with four vec4s a thread
 ``qclosed-qept4`` (that with QEPT = 4: the quantized buckets' kernels alone take four vec4s a thread, in workgroups
 of half the threads, the engine block kept); ``+qlog``, ``+qcalc`` (quantized rows: the default with 8-bit's
 closed form QFORM8 ``"log"``, the decade by log2, or ``"calc"``, that and the midpoint computed: engine/qsearch.py),
-``+qlin4`` (QFORM4 ``"linear"``: the 4-bit unsigned map's code by one comparison); ``-merge``, ``-rowcols``
+``+qlin4`` (QFORM4 ``"linear"``: the 4-bit unsigned map's code by one comparison), ``+qdecade``, ``+qbisect``
+and ``-qclosed`` (the forms and the guide search the defaults replaced; a variant whose switches are the default's
+is timed once, under the first name); ``-merge``, ``-rowcols``
 (Adafactor: its stats pass apart from update_norm again; its rows and cols passes in two dispatches again),
 ``finish1``, ``finish8`` (Adafactor.FINISH: the finish pass loads 1 or 8 column partials at once, the default 16;
 ``+wide``/``-wide`` its 16-bit rows with WIDE the other way from the default); ``ept4`` (the default with four
@@ -48,7 +50,9 @@ from qdiag import DIAGNOSTICS, diagnostic_class  # (benchmarks/: the script's fo
 ELEMENTWISE = ("adamw", "adam", "sgd", "rmsprop", "adagrad", "nadamw", "radam", "qhadamw", "lion", "sophiah")
 REDUCING = ("lamb", "mars", "adafactor")
 QUANTIZED = ("adamw8bit", "adamw4bit")
-QFORMS = {"+qlog": (8, "log"), "+qcalc": (8, "calc"), "+qlin4": (4, "linear")}  # variant: (width, its QFORM)
+# variant: (width, its QFORM) (the first two: the forms before the H200 chose "log" and "linear")
+QFORMS = {"+qdecade": (8, "decade"), "+qbisect": (4, "bisect"), "+qlog": (8, "log"), "+qcalc": (8, "calc"),
+          "+qlin4": (4, "linear")}
 
 
 def variants(opt: str, precision: str) -> list:
@@ -56,7 +60,7 @@ def variants(opt: str, precision: str) -> list:
     out = ["off", "default"]
     low = precision != "fp32"
     if opt in QUANTIZED:
-        return out + ["+qdirect", "ept4", "+qclosed", "qclosed-ept4", "qclosed-qept4",
+        return out + ["+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4",
                      *[v for v, (b, _) in QFORMS.items() if b == (8 if opt == "adamw8bit" else 4)], *DIAGNOSTICS]
     if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
@@ -67,6 +71,25 @@ def variants(opt: str, precision: str) -> list:
         out += ["-merge", "-rowcols", "finish1", "finish8"] + (["+wide"] if precision == "f16" else ["-wide"] if low
                                                                  else [])
     return list(dict.fromkeys(out))
+
+
+EXTRA = ("QFORM8", "QFORM4", "EPT", "QEPT", "FINISH")  # (the other class attributes a variant may set)
+
+
+def timed_variants(opt: str, precision: str, only: str | None = None) -> list:
+    """:func:`variants` (those named in ``only``, comma-separated, if given) less the ones whose switches are the
+    default's (e.g. ``+qclosed`` once the class has it on): each build is timed once, under the first name."""
+    cls = getattr(rlx_gpu, OPTIMIZERS[opt][0])
+    seen, out = [], []
+    for v in variants(opt, precision):
+        sw = {**{k: getattr(cls, k, None) for k in (*SWITCHES, *EXTRA)}, **switches(v, cls)}
+        if not isinstance(sw["QCLOSED"], dict):  # (a bool: both widths alike)
+            sw["QCLOSED"] = dict.fromkeys((4, 8), bool(sw["QCLOSED"]))
+        if (only and v not in only.split(",")) or (v not in DIAGNOSTICS and sw in seen):
+            continue
+        seen += [] if v in DIAGNOSTICS else [sw]
+        out.append(v)
+    return out
 
 
 def switches(variant: str, cls=Optimizer) -> dict:
@@ -110,7 +133,7 @@ def time_group(dev, timer, opt: str, precision: str, shapes, args, say) -> list:
     """Every variant of one (optimizer, precision): built, warmed up, timed in alternating rounds."""
     built, rows = {}, []
     params, grads = make_params(opt, precision, shapes), make_grads(opt, precision, shapes)
-    for v in [v for v in variants(opt, precision) if not args.variants or v in args.variants.split(",")]:
+    for v in timed_variants(opt, precision, args.variants):
         try:
             o = _build(opt, precision, v, params, grads, dev)
             for _ in range(3):
@@ -173,7 +196,7 @@ def groups(args) -> list:
 
 
 COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "-merge", "-rowcols", "finish1",
-           "finish8", "+qdirect", "ept4", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
+           "finish8", "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:
