@@ -3,8 +3,9 @@
 Every figure below is measured once per round, in turn, over ``--rounds`` rounds in one process (so drift and
 other load hit them alike), and reported as the median over rounds:
 
-- ``rows``: AdamW from the device grad slots (``opt.step()``), plain and checked (``clip_grad_norm=1.0,
-  skip_nonfinite=True``), at 1, 20 and 148 tensors of ``--numel`` elements, each against its floor: the same step's
+- ``rows``: AdamW from the device grad slots (``opt.step()``), plain, checked (``clip_grad_norm=1.0,
+  skip_nonfinite=True``) and scheduled (plain, with ``set_lr`` before every step, as a scheduler does; against
+  the plain step's floor), at 1, 20 and 148 tensors of ``--numel`` elements, each against its floor: the same step's
   native calls recorded once and replayed with bare wgpu-py (:class:`Floor`: the same pipelines, bind groups, grids
   and writes, so the same GPU work, and none of our Python; the outcome copies of checked steps left out). Per
   step: ``call_us``, the wall time of a call with the device idle (synchronised before it: the host's share),
@@ -113,13 +114,28 @@ def per_step(fn, sync, steps: int, idle=None) -> dict:
             "call_us": 1e6 * float(np.median(calls))}
 
 
+KINDS = (("plain", {}), ("checked", {"clip_grad_norm": 1.0, "skip_nonfinite": True}), ("scheduled", {}))
+
+
+def scheduled(opt):
+    """The plain step with a new lr before each (a scheduler's: its floor is the plain step's, whose calls are the
+    same with other record words)."""
+    n = [0]
+
+    def step():
+        n[0] += 1
+        opt.set_lr(1e-3 / (1 + 1e-6 * n[0]))
+        opt.step()
+    return step
+
+
 def host_steps(dev, tensors, numel: int, steps: int, rounds: int) -> list:
-    """Ours and the floors, plain and checked, at each tensor count."""
+    """Ours and the floors, plain, checked and scheduled, at each tensor count."""
     rows = []
     for n in tensors:
         params = {f"t{i}": np.full(numel, 0.01, np.float32) for i in range(n)}
         figs = {}
-        for kind, kw in (("plain", {}), ("checked", {"clip_grad_norm": 1.0, "skip_nonfinite": True})):
+        for kind, kw in KINDS:
             opt, twin = (rlx_gpu.AdamW(params, lr=1e-3, device=dev, **kw) for _ in range(2))
             for o in (opt, twin):
                 for k in params:
@@ -127,11 +143,12 @@ def host_steps(dev, tensors, numel: int, steps: int, rounds: int) -> list:
                 for _ in range(3):  # (past the first steps: their record tables are made)
                     o.step()
             floor = Floor(twin)
-            figs[f"{kind} ours"] = lambda o=opt: per_step(o.step, lambda: (o.last_step_skipped, dev.sync()), steps,
-                                                          dev.sync)
+            step = scheduled(opt) if kind == "scheduled" else opt.step
+            figs[f"{kind} ours"] = lambda o=opt, f=step: per_step(f, lambda: (o.last_step_skipped, dev.sync()),
+                                                                  steps, dev.sync)
             figs[f"{kind} floor"] = lambda f=floor: per_step(f.step, dev.sync, steps)
         every = in_turn(figs, rounds)
-        for kind in ("plain", "checked"):
+        for kind, _ in KINDS:
             ours, floor = med_of(every[f"{kind} ours"]), med_of(every[f"{kind} floor"])
             rows.append({"tensors": n, "numel_each": numel, "step": kind, "ours": ours, "floor": floor,
                          **{f"ratio_{k[:-3]}": ours[k] / floor[k] for k in ours}})

@@ -21,8 +21,8 @@ def test_tiny_run_has_every_figure(tmp_path):
                         "--rounds", "1", "--json", str(out)], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(out.read_text())
-    assert [(row["tensors"], row["step"]) for row in rep["rows"]] == [(1, "plain"), (1, "checked"), (3, "plain"),
-                                                                      (3, "checked")]
+    assert [(row["tensors"], row["step"]) for row in rep["rows"]] == [
+        (n, kind) for n in (1, 3) for kind in ("plain", "checked", "scheduled")]
     for row in rep["rows"]:
         assert {"call_us", "wall_us", "cpu_us"} <= set(row["ours"]) == set(row["floor"])
         assert row["ratio_call"] > 0 and row["ratio_cpu"] > 0

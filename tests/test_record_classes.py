@@ -130,3 +130,78 @@ def test_changes_between_quick_steps_are_honoured(kw, device):
     assert quick.last_step_skipped == general.last_step_skipped == twin.last_step_skipped
     assert_same(quick, twin, f"quick path {kw}")
     assert_same(general, twin, f"general path {kw}")
+
+
+def test_a_scheduled_lr_takes_the_quick_path(device):
+    """An lr changed before every step (a scheduler's) takes the quick path on every unchecked step after the first
+    (validated there, its table made there), bit for bit the general path's run and the twin's; a bad lr set
+    there raises before anything changes."""
+    params = make_params(SIZES, seed=41)
+    quick, general = (rlx_gpu.AdamW(params, device=device) for _ in range(2))
+    twin = rlx_gpu.reference.AdamW(params)
+    general._quick_ok = False
+    taken, real = [], quick._quick_step
+    quick._quick_step = lambda check: taken.append(real(check)) or taken[-1]
+    runs = [(o, rlx_gpu.schedules.CosineAnnealingLR(o, T_max=30)) for o in (quick, general, twin)]
+    for s in range(30):
+        g = grads_at(params, s, False)
+        for o, sched in runs:
+            if o is twin:
+                o.step(g)
+            else:
+                o.write_grads(g)
+                o.step()
+            sched.step()
+    assert taken[0] is False and all(taken[1:]), taken  # (the first step makes the programs: the general path)
+    assert snapshot(quick) == snapshot(general)
+    assert_same(quick, twin, "a scheduled lr on the quick path")
+    before, lr = snapshot(quick), quick.param_groups[0]["lr"]
+    quick.param_groups[0]["lr"] = -1.0
+    with pytest.raises(ValueError, match="learning rate"):
+        quick.step()
+    quick.param_groups[0]["lr"] = lr
+    assert snapshot(quick) == before
+    quick.step()
+    general.step()
+    assert snapshot(quick) == snapshot(general)
+
+
+@pytest.mark.parametrize("gpu_cls,twin_cls,opts", CASES, ids=case_id)
+def test_one_row_template_is_the_general_row(gpu_cls, twin_cls, opts, device):
+    """The row of a step after a hyperparameter change from .onerow's template equals the general path's row word
+    for word: two groups, an lr changed, lr scales alike and not (-0.0 against 0.0), some tensors inactive; and the
+    template is used wherever it applies (a ``by_step`` fill, no scalar states)."""
+    from rlx_gpu.engine import tables
+    params = make_params(SIZES, seed=43)
+    names = sorted(params)
+    groups = [{"params": {n: params[n] for n in names[:4]}}, {"params": {n: params[n] for n in names[4:]}}]
+    try:
+        opt = gpu_cls(groups, device=device, **opts)
+    except (TypeError, ValueError):  # (an optimizer of one group: one group)
+        opt = gpu_cls(params, device=device, **opts)
+    rng = np.random.default_rng(44)
+    for _ in range(2):
+        opt.step({n: rng.standard_normal(p.shape).astype(np.float32) for n, p in params.items()})
+    opt._settle()
+    used, real = [], tables.one_row
+    tables.one_row = lambda *a: (lambda r: used.append(r is not None) or r)(real(*a))
+    try:
+        for scales in ({}, {names[0]: 0.5, names[1]: 0.5}, {**{n: 0.0 for n in names[4:]}, names[-1]: -0.0}):
+            opt._scale[:] = 1.0
+            for n, v in scales.items():
+                opt._scale[opt._index[n]] = v
+            for active in (opt._all_active, np.array([i % 3 != 1 for i in range(len(opt._names))])):
+                opt.param_groups[-1]["lr"] *= 0.5
+                opt._validate_groups()
+                steps = opt._steps[None, :] + active
+                fresh = [frozenset()] * len(opt._names)
+                rows = []
+                for fast in (True, False):
+                    opt._one_row = fast
+                    rows.append(opt._records_rows(active, steps, fresh, opt._materialized))
+                assert np.array_equal(*rows), (gpu_cls.__name__, opts, scales)
+    finally:
+        tables.one_row = real
+        opt._one_row = True
+    applies = getattr(type(opt).fill, "by_step", False) and not opt._scalars
+    assert any(used) == applies, (used, applies)

@@ -42,13 +42,20 @@ class QuickMixin:
 
     def _quick_at(self, check: bool):
         """Where the next step stands when it may take the quick path: the table row of the live state (unchecked),
-        or the device's step index (checked); None otherwise (a copy of outcomes that is due is read first)."""
-        tb = self._rtable
-        if tb is None or not unchanged(self.param_groups, self._validated) or tb.key != (
-                self._groups_version, self._scale_version, self.clip_grad_norm, 1.0, False,
-                self.precision["rounding_seed"], None):
+        or the device's step index (checked); None otherwise (a copy of outcomes that is due is read first). An
+        unchecked step after a hyperparameter change (a scheduler's lr) takes it too: the groups are validated as
+        the general path does (a bad value raises before anything changes) and its table made first."""
+        tb, run = self._rtable, self._run
+        if tb is None:
             return None
-        run = self._run
+        if not unchanged(self.param_groups, self._validated):
+            if check or run is not None:
+                return None
+            self._validate_groups()
+            self._grad_mul = 1.0  # (the table's global record: as the general path sets it first)
+            tb, _ = self._plain_row(self._quick_key(), self._all_active)
+        if tb.key != self._quick_key():
+            return None
         if not check:
             r = self._rrow
             return r if run is None and tb.holds(r, self._steps, self._scalars, self._materialized) else None
@@ -59,6 +66,12 @@ class QuickMixin:
                 run.u >= LOG - self.outcome_every or run.key[1] is not self._needs.get((tb.key[0], None)):
             return None
         return self._j + run.u
+
+    def _quick_key(self) -> tuple:
+        """The record-table key of a step from the device grad slots (every tensor active, no loss scale, the
+        grads' multiplier 1): what ``_table_key`` gives for it."""
+        return (self._groups_version, self._scale_version, self.clip_grad_norm, 1.0, False,
+                self.precision["rounding_seed"], None)
 
     def _replay(self, dispatches, words, j):
         """One submission of ``dispatches`` (the records ``words`` written first, unless None); a checked step

@@ -93,8 +93,9 @@ class Record:
             kind = self.tensor.kind.get(name)
             if kind is None:
                 raise KeyError(f"record has no field {name!r}; fields: {self.fields}")
-            if kind == "f32":  # (each float64 value rounded once to float32)
-                f32[:, self.tensor.offset[name]] = np.asarray(v, np.float64).astype(np.float32)
+            if kind == "f32":  # (each float64 value rounded once to float32, by the assignment's cast)
+                f32[:, self.tensor.offset[name]] = v if type(v) is float or (
+                    type(v) is np.ndarray and v.dtype == np.float64) else np.asarray(v, np.float64)
             else:
                 out[:, self.tensor.offset[name]] = np.asarray(v, np.float64) if np.ndim(v) else v
         out[:, self.tensor.offset["flags"]] = flags

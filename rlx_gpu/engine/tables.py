@@ -24,6 +24,7 @@ import numpy as np
 
 from ..core.groups import MAX_STEP, scaled
 from ..core.lowp import step_keys
+from .onerow import one_row
 
 ROWS = 32                 # rows of a table (fewer when the hyperparameters change every step, or for many tensors)
 MAX_ROWS = 512            # rows of the tables of a steady run (each twice its predecessor's, from ROWS)
@@ -124,6 +125,8 @@ class TableMixin:
         self._rrow = 0            # the live host state is row _row's base (when the table holds it)
         self._scale_version = 0   # bumped by set_lr_scale
         self._needs: dict = {}
+        self._globals: dict = {}  # (_global_words)
+        self._one_row = True      # (rows of one step by .onerow's template where it applies)
         self._grad_mul = 1.0
         self._all_active = np.ones(len(self._names), bool)  # (the active set of a step from the grad slots; never
         self._all_active.flags.writeable = False            #  written)
@@ -145,8 +148,12 @@ class TableMixin:
         if k not in self._needs:
             if len(self._needs) > 16:
                 self._needs.clear()
-            per = [frozenset(self.spec.state_names(g)) for g in self.param_groups]
-            self._needs[k] = tuple(per[gi] if a else NONE for gi, a in zip(self._group_of.tolist(), active.tolist()))
+            per = tuple(frozenset(self.spec.state_names(g)) for g in self.param_groups)
+            same = self._needs.get((per, key[-1]))  # (the same buffers under other hyperparameters: an lr changed)
+            if same is None:
+                same = self._needs[per, key[-1]] = tuple(per[gi] if a else NONE for gi, a in
+                                                         zip(self._group_of.tolist(), active.tolist()))
+            self._needs[k] = same
         return self._needs[k]
 
     def _new_table(self, key: tuple, active, rows: int) -> RecordTable:
@@ -187,6 +194,10 @@ class TableMixin:
         alike tensors), packed per group; every row is the first row's records with the words that vary between
         rows (the step-dependent ones: a bias correction, a fresh state's flag) written over them."""
         R, n = steps.shape
+        if R == 1 and self._one_row:
+            words = one_row(self, active, steps, fresh0, mat, device_scale)
+            if words is not None:
+                return words
         rec, w = self.record, self.record.tensor.offset
         t_all = np.maximum(steps, 1).astype(np.float64)
         parts = [(sel, *self._group_records(g, sel, steps, t_all, fresh0))
@@ -194,7 +205,8 @@ class TableMixin:
         vary = np.zeros(rec.size, bool)
         base = np.empty((n, rec.size), np.uint32)
         for sel, small, inv in parts:
-            vary |= (small != small[:1]).any(axis=(0, 1))
+            if R > 1:
+                vary |= (small != small[:1]).any(axis=(0, 1))
             base[sel] = small[0, inv]
         bits = self._tensor_bits(active, mat)
         base[:, w["flags"]] |= bits
@@ -207,10 +219,21 @@ class TableMixin:
                 recs[:, sel, c] = small[:, inv, c] | bits[sel] if c == w["flags"] else small[:, inv, c]
         if self._sr.any():
             recs[:, :, w["rkey"]] = step_keys(self.precision["rounding_seed"], steps, self._name_hash)
-        out[:, n * rec.size:] = rec.pack_global(grad_mul=self._grad_mul, inv_scale=1.0, norm_p=2.0,  # (a device
-                                                max_norm=self.clip_grad_norm if self.clip_grad_norm is not None  # loss
-                                                else 0.0, device_scale=1 if device_scale else 0)  # scale sets both)
+        out[:, n * rec.size:] = self._global_words(device_scale)
         return out
+
+    def _global_words(self, device_scale) -> np.ndarray:
+        """The global record of a table's rows (cached: it depends on the grads' multiplier, the clip and whether a
+        device loss scale sets the multiplier and the inverse scale)."""
+        key = (self._grad_mul, self.clip_grad_norm, bool(device_scale))
+        words = self._globals.get(key)
+        if words is None:
+            if len(self._globals) > 16:
+                self._globals.clear()
+            words = self._globals[key] = self.record.pack_global(
+                grad_mul=self._grad_mul, inv_scale=1.0, norm_p=2.0, device_scale=1 if device_scale else 0,
+                max_norm=self.clip_grad_norm if self.clip_grad_norm is not None else 0.0)
+        return words
 
     def _tensor_bits(self, active, mat) -> np.ndarray:
         """The flags every row of a table sets per tensor: master, sr, active and one per state buffer it has."""
@@ -234,8 +257,8 @@ class TableMixin:
         fr = [fresh0[t] for t in reps] + [NONE] * (k * (R - 1))
         c, f = self.fill(scaled(g, self._scale[rs], self.spec.lr_keys), t_all[:, reps].reshape(-1), fr, rs)
         flags = self.record.flags(R * k, dict(f, maximize=bool(g.get("maximize", False))))
-        return self.record.pack(R * k, {a: np.asarray(v).reshape(-1) if np.ndim(v) else v for a, v in c.items()},
-                                flags, {}).reshape(R, k, -1), inv
+        return self.record.pack(R * k, {a: v.reshape(-1) if type(v) is np.ndarray and v.ndim > 1 else v
+                                        for a, v in c.items()}, flags, {}).reshape(R, k, -1), inv
 
     @staticmethod
     def _rows_after(tb, key: tuple, rows: int) -> int:
