@@ -205,3 +205,37 @@ def test_one_row_template_is_the_general_row(gpu_cls, twin_cls, opts, device):
         opt._one_row = True
     applies = getattr(type(opt).fill, "by_step", False) and not opt._scalars
     assert any(used) == applies, (used, applies)
+
+
+def test_only_changed_values_are_validated_and_each_is(device):
+    """After a change only the changed values (and their groups' cross-value checks) are validated again, and
+    every one of them is: a bad value in the second group raises naming it and changes nothing; a change that
+    breaks a check across values (SGD's nesterov needs a momentum) raises too; a fixed value steps on."""
+    params = make_params(SIZES, seed=45)
+    names = sorted(params)
+    groups = [{"params": {n: params[n] for n in names[:5]}},
+              {"params": {n: params[n] for n in names[5:]}, "momentum": 0.9, "nesterov": True}]
+    opt = rlx_gpu.SGD(groups, lr=0.1, momentum=0.5, device=device)
+    opt.write_grads(grads_at(params, 0, False))
+    opt.step()
+    before = snapshot(opt)
+    opt.param_groups[0]["lr"] = 0.05
+    opt.param_groups[1]["weight_decay"] = -1.0
+    with pytest.raises(ValueError, match="weight_decay"):
+        opt.step()
+    assert snapshot(opt) == before
+    opt.param_groups[1]["weight_decay"] = 0.0
+    opt.param_groups[1]["momentum"] = 0.0
+    with pytest.raises(ValueError, match="Nesterov"):
+        opt.step()
+    assert snapshot(opt) == before
+    opt.param_groups[1]["momentum"] = 0.8
+    opt.step()
+    twin = rlx_gpu.reference.SGD([{"params": {n: params[n] for n in names[:5]}},
+                                  {"params": {n: params[n] for n in names[5:]}, "momentum": 0.9, "nesterov": True}],
+                                 lr=0.1, momentum=0.5)
+    twin.step(grads_at(params, 0, False))
+    twin.param_groups[0]["lr"] = 0.05
+    twin.param_groups[1]["momentum"] = 0.8
+    twin.step(grads_at(params, 0, False))
+    assert_same(opt, twin, "SGD after the changes")

@@ -20,7 +20,6 @@ from ..core.torchcontract import TorchAware
 from ..core.groups import resolve_lr_scale
 from ..core.lowp import dtype_of, name_hash
 from ..core.sync import locked
-from ..core.torchio import plain_hyper
 from ..core.torchparams import TorchParams
 from ..runtime.arena import DeviceTensor
 from ..runtime.device import get_device
@@ -37,7 +36,7 @@ from .statedict import StateMixin
 from .hostio import HostIOMixin
 from .sparse import SparseMixin
 from .steps import StepMixin
-from .tables import unchanged, watch
+from .watch import validate_groups
 
 __all__ = ["Optimizer", "Pass"]
 
@@ -273,16 +272,8 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         return [(k.pipeline, bind, *grid(n, self.device.max_workgroups)) for k, bind, n in plan if n > 0]
 
     def _validate_groups(self) -> None:
-        """Every group's hyperparameters checked (again only when one has changed since the last check, which
-        also tells the step's record tables to start over)."""
-        if self._validated is not None and unchanged(self.param_groups, self._validated):
-            return
-        keys = list(self.spec.defaults)
-        for g in self.param_groups:
-            g.update(plain_hyper(type(self).__name__, {k: g[k] for k in keys if k in g}))  # (tensor lr: a float)
-            self.spec.validate(g)
-        self._validated = watch(self.param_groups, list(self.spec.defaults))
-        self._groups_version = self.__dict__.get("_groups_version", 0) + 1
+        """Every group's hyperparameters checked (:func:`rlx_gpu.engine.watch.validate_groups`)."""
+        validate_groups(self)
 
     def set_lr(self, lr: float) -> None:
         """Set the learning rate of every param group (takes effect at the next step)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..runtime.kernels import grid
 from .gating import ARGS_BYTE, LOG, Outcome
-from .tables import unchanged
+from .watch import unchanged
 
 
 class QuickMixin:

@@ -16,7 +16,6 @@ step that makes one, and a checked run's upload of it, are shared by more steps.
 """
 from __future__ import annotations
 
-import types
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -30,37 +29,6 @@ ROWS = 32                 # rows of a table (fewer when the hyperparameters chan
 MAX_ROWS = 512            # rows of the tables of a steady run (each twice its predecessor's, from ROWS)
 MAX_TABLE_BYTES = 4 << 20
 NONE = frozenset()
-
-
-_FIXED = (float, int, str, bytes, type(None), complex, types.FunctionType, types.BuiltinFunctionType)
-
-
-def _fixed(v) -> bool:
-    """Whether a value cannot change in place (then the same object is the same value)."""
-    return isinstance(v, _FIXED) or (type(v) is tuple and all(_fixed(x) for x in v))
-
-
-def watch(groups: list, keys: list) -> list:
-    """What :func:`unchanged` compares a group's hyperparameters with: per group and key (object, repr, fixed)."""
-    return [[(g.get(k), repr(g.get(k)), _fixed(g.get(k))) for k in keys] for g in groups] + [keys]
-
-
-def unchanged(groups: list, seen: list) -> bool:
-    """Whether every group's hyperparameters are as :func:`watch` saw them: the same object where it cannot change
-    in place, else the same repr (which also tells NaNs, -0.0, arrays and lists apart, as a full check would)."""
-    if len(groups) != len(seen) - 1:
-        return False
-    keys = seen[-1]
-    for g, snap in zip(groups, seen):
-        for i, k in enumerate(keys):
-            x = g.get(k)
-            v, r, fixed = snap[i]
-            if x is v and fixed:
-                continue
-            if repr(x) != r:
-                return False
-            snap[i] = (x, r, _fixed(x))  # (the same value in a new object: compared by identity next time)
-    return True
 
 
 def by_step(fill):

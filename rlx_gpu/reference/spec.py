@@ -82,8 +82,10 @@ class Spec(SparseSpec):
         manifold). Nothing by default."""
 
     @classmethod
-    def validate(cls, group: dict) -> None:
-        validate_group(cls.__name__, group, cls.defaults)
+    def validate(cls, group: dict, keys=None) -> None:
+        """``group``'s values checked (only those of ``keys`` against their defaults' types and ranges, where the
+        others were checked before), then :meth:`check`'s checks across them."""
+        validate_group(cls.__name__, group, cls.defaults if keys is None else {k: cls.defaults[k] for k in keys})
         cls.check(group)
 
     @classmethod
