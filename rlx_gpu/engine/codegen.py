@@ -137,14 +137,15 @@ def _head(record, sig, emit: Emit = PLAIN) -> tuple[Text, itertools.count]:
 
 def _round_state(sig: Signature, hround: bool = False) -> str:
     """``round_state(v)``: ``v`` as it reads back once stored in the state dtype (for a pass that re-reads stored
-    state, so the one before it can use the same values: LAMB); ``hround`` (``Emit.hround``): float16 by the
-    hardware's conversion, |v| >= 65520 (past the largest float16, rounded) to inf as the integer rounding does
-    (WGSL leaves pack2x16float's out-of-range results undefined)."""
+    state, so the one before it can use the same values: LAMB); ``hround`` (``Emit.hround``): float16 rounded by
+    the hardware's conversion (pack2x16float) and read back by integer operations, |v| >= 65520 (past the largest
+    float16, rounded) to inf as the integer rounding does (WGSL leaves pack2x16float's out-of-range results
+    undefined)."""
     d = sig.state.name
     if d == "float32":
         body = "v"
-    elif d == "float16" and hround:  # (through u32 words: a vec4<f16> round trip may be folded away, below)
-        hw = "vec4<f32>(unpack2x16float(pack2x16float(v.xy)), unpack2x16float(pack2x16float(v.zw)))"
+    elif d == "float16" and hround:  # (not unpack2x16float: llvmpipe folds the round trip away in some lanes)
+        hw = "unpack4_f16(vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw)))"
         inf = "bitcast<vec4<f32>>((bitcast<vec4<u32>>(v) & vec4<u32>(0x80000000u)) | vec4<u32>(0x7f800000u))"
         body = f"select({hw}, {inf}, abs(v) >= vec4<f32>(65520.0))"
     else:  # (integer rounding even with shader-f16: NVIDIA's compiler does not keep a vec4<f16> round trip exact)
