@@ -198,8 +198,8 @@ def groups(args) -> list:
     return [x for x in g if (only is None or x[0] in only) and (prec is None or x[1] in prec)]
 
 
-COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "-merge", "-rowcols", "finish1",
-           "finish8", "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
+COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "+f16round", "-merge", "-rowcols",
+           "finish1", "finish8", "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:
