@@ -17,7 +17,8 @@ of half the threads, the engine block kept); ``+qlog``, ``+qcalc`` (quantized ro
 closed form QFORM8 ``"log"``, the decade by log2, or ``"calc"``, that and the midpoint computed: engine/qsearch.py),
 ``+qlin4`` (QFORM4 ``"linear"``: the 4-bit unsigned map's code by one comparison), ``+qdecade``, ``+qbisect``
 and ``-qclosed`` (the forms and the guide search the defaults replaced; a variant whose switches are the default's
-is timed once, under the first name); ``-merge``, ``-rowcols``
+is timed once, under the first name); ``+f16round`` (LAMB's float16 rows: F16ROUND on, the moments as
+the apply pass re-reads them rounded by the hardware's conversion, engine/codegen.py); ``-merge``, ``-rowcols``
 (Adafactor: its stats pass apart from update_norm again; its rows and cols passes in two dispatches again),
 ``finish1``, ``finish8`` (Adafactor.FINISH: the finish pass loads 1 or 8 column partials at once, the default 16;
 ``+wide``/``-wide`` its 16-bit rows with WIDE the other way from the default); ``ept4`` (the default with four
@@ -67,6 +68,8 @@ def variants(opt: str, precision: str) -> list:
                                                                                           else [])
     if opt in REDUCING:
         out += ["-subgroups"]
+    if opt == "lamb" and precision == "f16":  # (round_state by the hardware's float16 conversion)
+        out += ["+f16round"]
     if opt == "adafactor":  # (WIDE: on in bfloat16, off in float16 by default: timed against the other way)
         out += ["-merge", "-rowcols", "finish1", "finish8"] + (["+wide"] if precision == "f16" else ["-wide"] if low
                                                                  else [])
@@ -195,8 +198,8 @@ def groups(args) -> list:
     return [x for x in g if (only is None or x[0] in only) and (prec is None or x[1] in prec)]
 
 
-COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "-merge", "-rowcols", "finish1",
-           "finish8", "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
+COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "+f16round", "-merge", "-rowcols",
+           "finish1", "finish8", "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:

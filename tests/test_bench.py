@@ -98,14 +98,15 @@ def test_sparse_rows_move_only_the_touched_rows():
 
 
 def test_reducing_optimizers_count_their_second_reads():
-    # LAMB: pass 1 reads p, g and reads/writes m, v (24 B in fp32); the apply pass reads p, m, v and writes p (16 B)
+    # LAMB: its default clip reads g (4 B in fp32); pass 1 reads p, g and reads/writes m, v (24 B); the apply pass
+    # reads p, m, v and writes p (16 B)
     shapes = [("w", (64, 8)), ("b", (8,))]
     n = 64 * 8 + 8
-    assert bench.min_bytes("lamb", "fp32", shapes) == n * 40
-    assert bench.min_bytes("lamb", "bf16", shapes) == n * (12 + 8)
+    assert bench.min_bytes("lamb", "fp32", shapes) == n * (4 + 40)
+    assert bench.min_bytes("lamb", "bf16", shapes) == n * (2 + 12 + 8)
     # with master weights: pass 1 reads the master, g (2) and m, v (16); pass 2 reads the master and m, v, writes
     # the master and the 16-bit param
-    assert bench.min_bytes("lamb", "bf16-master", shapes) == n * ((4 + 2 + 16) + (4 + 8 + 4 + 2))
+    assert bench.min_bytes("lamb", "bf16-master", shapes) == n * (2 + (4 + 2 + 16) + (4 + 8 + 4 + 2))
     # MARS: the norm pass reads g and g_prev of the matrix only; the update moves 36 B (fp32)
     assert bench.min_bytes("mars", "fp32", shapes) == n * 36 + 64 * 8 * 8
     assert bench.min_bytes("mars", "bf16", shapes) == n * 18 + 64 * 8 * 4

@@ -20,10 +20,10 @@ from cases import ATOL, RTOL
 pytestmark = pytest.mark.gpu
 
 SIZES = [1, 5, 8, 9, (3, 7), 255, 257, 2049, 2600, (65, 64), 4097, 9000, 16385]
-OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False, QDIRECT=False, QCLOSED=False)
+OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False, QDIRECT=False, QCLOSED=False, F16ROUND=False)
 VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), dict(OFF, SUBGROUPS=True),
             dict(OFF, QDIRECT=True), dict(OFF, SUBGROUPS=True, QDIRECT=True),
-            dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True, QDIRECT=True, QCLOSED=True), {}]  # ({}: defaults)
+            dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True, QDIRECT=True, QCLOSED=True, F16ROUND=True), {}]  # ({}: defaults)
 # the quantized buckets' own (QCLOSED: the code search in closed form; with four vec4s a thread too: EPT = 4, or
 # QEPT = 4, the quantized buckets' kernels alone, in workgroups of half the threads, the engine block kept)
 QVARIANTS = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {"QCLOSED": True},
@@ -123,6 +123,34 @@ def test_reductions_are_reproducible(name, device):
             _same(p2, p1, True, f"{name} {sw} rerun: param")
             for n in s1:
                 _same(s2[n], s1[n], True, f"{name} {sw} rerun: state of {n}")
+
+
+# float16 states; grads whose moments are float16 subnormals (1e-4: v ~ 1e-11), ordinary, and past float16's
+# range (3e3: v up to ~1e5, stored as inf): where round_state's hardware and integer roundings could differ
+@pytest.mark.parametrize("extra", [{}, {"master_weights": True}, {"weight_decay": 0.0, "use_nvlamb": True}], ids=_id)
+def test_f16round_keeps_lamb_bits(extra, device):
+    """LAMB.F16ROUND (float16 states: round_state, the moments as the apply pass re-reads them, by the hardware's
+    pack2x16float with the overflow guarded, not integer rounding): the same bits as without it, every param and
+    state over steps with subnormal, ordinary and overflowing moments, with the other switches as default and off
+    (the reduction order is theirs)."""
+    params = _params("float16")
+    for base in ({}, OFF):
+        outs = []
+        for on in (False, True):
+            opt = _variant("LAMB", dict(base, F16ROUND=on))(params, **extra, state_dtype="float16",
+                                                            clip_grad_norm=None, device=device)
+            assert all(("pack2x16float" in opt._module(b)) == on for b in opt.buckets)  # (the variant runs)
+            rng = np.random.default_rng(2)
+            for scale in (1e-4, 1.0, 3e3, 1.0):
+                opt.step({n: (rng.standard_normal(p.shape) * scale).astype(np.float16) for n, p in params.items()})
+            sd = opt.state_dict()["state"]
+            outs.append((opt.read_params(), {n: {k: np.asarray(v) for k, v in st.items() if k != "step"}
+                                             for n, st in sd.items()}))
+        (want_p, want_s), (got_p, got_s) = outs
+        assert any(np.isinf(st["exp_avg_sq"]).any() for st in want_s.values())  # (the overflow was reached)
+        _same(got_p, want_p, True, f"F16ROUND {base}: param")
+        for n in want_s:
+            _same(got_s[n], want_s[n], True, f"F16ROUND {base}: state of {n}")
 
 
 def test_variants_are_what_the_device_offers(device):

@@ -135,12 +135,19 @@ def _head(record, sig, emit: Emit = PLAIN) -> tuple[Text, itertools.count]:
     return t, idx
 
 
-def _round_state(sig: Signature) -> str:
+def _round_state(sig: Signature, hround: bool = False) -> str:
     """``round_state(v)``: ``v`` as it reads back once stored in the state dtype (for a pass that re-reads stored
-    state, so the one before it can use the same values: LAMB)."""
+    state, so the one before it can use the same values: LAMB); ``hround`` (``Emit.hround``): float16 rounded by
+    the hardware's conversion (pack2x16float) and read back by integer operations, |v| >= 65520 (past the largest
+    float16, rounded) to inf as the integer rounding does (WGSL leaves pack2x16float's out-of-range results
+    undefined)."""
     d = sig.state.name
     if d == "float32":
         body = "v"
+    elif d == "float16" and hround:  # (not unpack2x16float: llvmpipe folds the round trip away in some lanes)
+        hw = "unpack4_f16(vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw)))"
+        inf = "bitcast<vec4<f32>>((bitcast<vec4<u32>>(v) & vec4<u32>(0x80000000u)) | vec4<u32>(0x7f800000u))"
+        body = f"select({hw}, {inf}, abs(v) >= vec4<f32>(65520.0))"
     else:  # (integer rounding even with shader-f16: NVIDIA's compiler does not keep a vec4<f16> round trip exact)
         tag = "f16" if d == "float16" else "bf16"
         body = f"unpack4_{tag}(pack4_{tag}(v))"
@@ -192,7 +199,7 @@ def optimizer_text(opt, sig: Signature, present=None, emit: Emit = PLAIN) -> Tex
           "struct Out { p: vec4<f32>, s: State, sum_a: vec4<f32>, sum_b: vec4<f32> }\n"
           "fn out(p: vec4<f32>, s: State) -> Out { return Out(p, s, vec4<f32>(0.0), vec4<f32>(0.0)); }")
     t.gen(param_helpers(sig.master, sig.param.low, wide))
-    t.gen(_round_state(sig))
+    t.gen(_round_state(sig, emit.hround))
     t.file(opt.shader, idx)
     t.gen(structs(opt.shader))  # (the tables' structs the optimizer declared for it: runtime/params.py)
     if sig.qat:

@@ -38,7 +38,10 @@ class Emit:
     (quantized buckets): maps, midpoints and guides read from the state buffers' headers, not first copied into
     workgroup memory behind a barrier (the same words); ``qclosed`` (quantized buckets): the code search in closed
     form (:mod:`rlx_gpu.engine.qsearch`: the same codes); ``qform``: which closed form the state width takes
-    (``Optimizer.QFORM8`` / ``QFORM4``, one of :data:`rlx_gpu.engine.qsearch.FORMS`; "": the width's default)."""
+    (``Optimizer.QFORM8`` / ``QFORM4``, one of :data:`rlx_gpu.engine.qsearch.FORMS`; "": the width's default);
+    ``hround`` (float16 states): ``round_state`` (a pass's value as the next pass re-reads it: LAMB's norms) by
+    the hardware's conversion (``pack2x16float``, overflow to inf guarded) instead of integer rounding (the same
+    bits where the conversion rounds to nearest even, as Vulkan's and llvmpipe's do)."""
     wide: bool = False
     full: bool = False
     subgroups: bool = False
@@ -47,11 +50,12 @@ class Emit:
     qdirect: bool = False
     qclosed: bool = False
     qform: str = ""
+    hround: bool = False
 
 
 PLAIN = Emit()
 PRECISIONS = ("float32", "bfloat16", "float16", "bfloat16+master", "float16+master")
-SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK", "QDIRECT", "QCLOSED")  # the Optimizer class attributes that pick an Emit
+SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK", "QDIRECT", "QCLOSED", "F16ROUND")  # the Optimizer class attributes that pick an Emit
 
 
 def switch(value, precision: str, name: str = "switch", qbits: int = 0) -> bool:

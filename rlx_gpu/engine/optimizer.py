@@ -74,6 +74,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     # and the form a width takes (engine/qsearch.FORMS): the H200's choices, PERF_NOTES 59 and 64 (8-bit "log"
     # +14% fp32 / +3% bf16 params over the guide search, 4-bit unsigned "linear" +6% over the bisection)
     QFORM8, QFORM4 = "log", "linear"
+    F16ROUND = False  # float16 states: round_state by the hardware's conversion (drivers.Emit.hround; issue 25)
     QEPT = None  # quantized buckets: vec4s a thread, the block kept (codegen.kernel_shape; to be measured: issue 25)
     constants: dict = {}   # further WGSL override constants of the shader
     on_device = True
@@ -194,7 +195,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         return Emit(wide=on["WIDE"] and low and even and not (sig.qat or sig.qbits), full=on["FULL"] and not sig.qat,
                     subgroups=sub, directive=sub and subgroup_directive(), vpack=on["VPACK"],
                     qdirect=on["QDIRECT"] and bool(sig.qbits), qclosed=on["QCLOSED"] and bool(sig.qbits),
-                    qform=self.QFORM8 if sig.qbits == 8 else self.QFORM4)
+                    qform=self.QFORM8 if sig.qbits == 8 else self.QFORM4, hround=on["F16ROUND"])
 
     def _kernel(self, bucket, entry: str):
         key = (bucket.sig, tuple(bucket.states), entry)

@@ -104,7 +104,8 @@ def min_bytes(opt: str, precision: str, shapes: list) -> int | None:
     gradient reads of a clip or an inf/NaN check (SparseAdam: of the touched rows only). A whole-tensor reduction
     before the update costs its second read: LAMB's trust ratio needs |p| and |u| of the whole tensor before any
     element is updated, so its update re-reads the param and both moments (fp32: 28 + 12 = 40 B a parameter over
-    its two passes); MARS's norm of the corrected grad of a matrix reads g and g_prev once more (36 + 8 = 44 B).
+    its two passes), and its default clip (apex's ``max_grad_norm=1.0``) reads g once more before them (44 B);
+    MARS's norm of the corrected grad of a matrix reads g and g_prev once more (36 + 8 = 44 B).
     Adafactor: RMS(p) (before the update) and RMS(u) (u needs the new row and column factors, which need every
     g) come before any element is updated, so a matrix's p (its master copy) is read twice and g three times
     (fp32: 24 B a parameter), a vector's p twice, g twice and its second moment read, written and read again.
@@ -120,8 +121,8 @@ def min_bytes(opt: str, precision: str, shapes: list) -> int | None:
     per = (8 + ps if keeps_master else 2 * ps) + gs + OPTIMIZERS[opt][2] * ss
     if opt in ("adamw+clip", "adamw+scaler"):
         per += gs
-    if opt == "lamb":
-        per += (4 if keeps_master else ps) + 2 * ss
+    if opt == "lamb":  # (and its default clip_grad_norm=1.0: the global grad norm read before the moments)
+        per += (4 if keeps_master else ps) + 2 * ss + gs
     if opt == "adafactor":
         per += 4 if keeps_master else ps
     total = 0

@@ -95,6 +95,9 @@ def _optimizer_modules(d, name: str, cls) -> list:
     for label, pd, gd, sd, master, native in SIGNATURES:
         t = optimizer_text(cls, Signature(pd, gd, sd, master, native))
         out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label})"))
+        if sd is F16 and "round_state(" in (d / cls.shader).read_text():  # (F16ROUND: by the hardware's conversion)
+            t = optimizer_text(cls, Signature(pd, gd, sd, master, native), emit=Emit(hround=True))
+            out.append(Source(d / cls.shader, t.text(), t.origin, entries, consts, f"{name} ({label}, F16ROUND)"))
     for bits in (8, 4) if cls.spec.quantizable else ():  # block-quantized states (state_bits)
         for label, pd, gd, sd, master, native in SIGNATURES[:2]:
             t = optimizer_text(cls, Signature(pd, gd, sd, master, native, bits))
