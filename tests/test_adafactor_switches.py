@@ -60,7 +60,7 @@ def _scalars(opt) -> np.ndarray:
     return words.reshape(-1, rec.size)[:len(opt._names), rec.tensor.offset["tensor_scalar"]]
 
 
-@pytest.mark.parametrize("name", ["Adafactor", "LAMB"])
+@pytest.mark.parametrize("name", ["Adafactor", "LAMB", "Mars"])
 def test_per_tensor_batched_loads_are_the_one_by_one_bits(name, device):
     """PTLOADS = True against False with 64-thread workgroups (so a tensor of 822 blocks takes a round of 8 x 64
     partials and a remainder, one of 160 the remainder alone): every step's per-tensor scalars (the sums' results,
