@@ -4,9 +4,13 @@ step's dependent passes (results wrong on purpose for k < all; nothing in the pa
 timed in alternating rounds on GPT-2 124M; a pass's cost is its prefix's time minus the one before.
 
     python benchmarks/adafactor_passes.py [--precisions fp32,bf16] [--finish 1,16] [--rounds 3] [--json out.json]
+    python benchmarks/adafactor_passes.py --variants default,+recip,+ptloads,+recip+ptloads --budget-s 100
 
 (``--finish``: the prefixes of each ``Adafactor.FINISH`` given, all timed in the same alternating rounds; a row's
-name then ends in ``finish<F>``.)
+name then ends in ``finish<F>``. ``--variants``: instead, the class's switches as named, all in the same rounds:
+``default``, ``finish<F>``, ``+recip`` (Adafactor.RECIP: direction()'s row by a reciprocal), ``+ptloads``
+(Optimizer.PTLOADS: the ratio pass loads 8 partials at once), and sums of them such as ``+recip+ptloads``.)
+(``--budget-s``: the precisions not started by then are left out, named at the end.)
 
 (``--set gpt2:LAYERS,WIDTH``: GPT-2's shapes with fewer layers or a smaller width, for a CPU adapter.)
 """
@@ -25,33 +29,42 @@ from rlx_gpu.tools.bench.shapes import OPTIMIZERS, PRECISIONS, gpt2_shapes, min_
 from rlx_gpu.tools.bench.timing import Timer, copy_bandwidth, median, steps_for
 
 
-def prefix_class(k: int, finish: int = rlx_gpu.Adafactor.FINISH) -> type:
-    """Adafactor (with ``FINISH = finish``) running only the first ``k`` passes of its default pass list (timing
-    only)."""
+def variant_switches(name: str) -> dict:
+    """The class attributes of one ``--variants`` name (``default``: none; ``finish<F>``; ``+recip``, ``+ptloads``
+    and their sums)."""
+    if name == "default":
+        return {}
+    if name.startswith("finish"):
+        return {"FINISH": int(name[6:])}
+    known = {"recip": "RECIP", "ptloads": "PTLOADS"}
+    parts = name.split("+")
+    if parts[0] or not all(x in known for x in parts[1:]):
+        raise ValueError(f"--variants: unknown variant {name!r}; expected default, finish<F> or +{'/+'.join(known)}")
+    return {known[x]: True for x in parts[1:]}
+
+
+def prefix_class(k: int, finish: int = rlx_gpu.Adafactor.FINISH, **switches) -> type:
+    """Adafactor (with ``FINISH = finish`` and the class attributes ``switches``) running only the first ``k``
+    passes of its default pass list (timing only)."""
     full = rlx_gpu.Adafactor.pass_list(rlx_gpu.Adafactor.MERGE, rlx_gpu.Adafactor.ROWCOLS)
-
-    class Prefix(rlx_gpu.Adafactor):
-        FINISH = finish
-
-        @staticmethod
-        def pass_list(merge: bool, rowcols: bool) -> tuple:
-            return full[:k]
-    Prefix.__name__ = "Adafactor"
-    return Prefix
+    return type("Adafactor", (rlx_gpu.Adafactor,),
+                {"FINISH": finish, **switches, "pass_list": staticmethod(lambda merge, rowcols: full[:k])})
 
 
-def time_precision(dev, timer, precision: str, shapes, rounds: int, repeats: int, finishes=(1,)) -> dict:
-    """Every prefix of one precision built for each of ``finishes`` (Adafactor.FINISH), then all timed in
-    alternating rounds: {finish: {k: (pass name, median s)}}."""
+def time_precision(dev, timer, precision: str, shapes, rounds: int, repeats: int, variants=("default",)) -> dict:
+    """Every prefix of one precision built for each of ``variants`` (:func:`variant_switches`), then all timed in
+    alternating rounds (each round's first row timed twice, the first discarded: the first row timed ran slow in
+    every earlier run, PERF_NOTES 63): {variant: {k: (pass name, median s)}}."""
     _, kw, _, _ = OPTIMIZERS["adafactor"]
     pd, gd, sd, master = PRECISIONS[precision]
     params, grads = make_params("adafactor", precision, shapes), make_grads("adafactor", precision, shapes)
     names = [p.entry for p in rlx_gpu.Adafactor.passes]
     built = {}
-    for f in finishes:
+    for f in variants:
+        sw = variant_switches(f)  # (FINISH among them overrides prefix_class's finish)
         for k in range(1, len(names) + 1):
-            o = prefix_class(k, f)(params, lr=1e-3, **kw, state_dtype=sd, master_weights=master,
-                                   grad_dtype=None if gd == pd else gd, device=dev)
+            o = prefix_class(k, **sw)(params, lr=1e-3, **kw, state_dtype=sd, master_weights=master,
+                                      grad_dtype=None if gd == pd else gd, device=dev)
             for n, v in grads.items():
                 o.grads[n].write(v)
             for _ in range(3):
@@ -60,6 +73,8 @@ def time_precision(dev, timer, precision: str, shapes, rounds: int, repeats: int
             built[(f, k)] = (o, steps_for(timer.measure(o.step, 2, 1)[0]))
     got = {key: [] for key in built}
     for _ in range(rounds):
+        o, n = next(iter(built.values()))
+        timer.measure(o.step, n, 1)
         for key, (o, n) in built.items():
             got[key].append(timer.measure(o.step, n, repeats)[0])
     out = {}
@@ -86,25 +101,36 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--finish", default=str(rlx_gpu.Adafactor.FINISH), help="Adafactor.FINISH values, e.g. 1,16")
+    ap.add_argument("--variants", help="instead of --finish: e.g. default,+recip,+ptloads,+recip+ptloads")
+    ap.add_argument("--budget-s", type=float, default=1e9, help="precisions not started by then are left out")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    variants = tuple(args.variants.split(",") if args.variants else (f"finish{f}" for f in args.finish.split(",")))
+    for v in variants:  # (an unknown name: refused before anything runs)
+        try:
+            variant_switches(v)
+        except ValueError as e:
+            ap.error(str(e))
     dev = get_device()
     shapes = gpt2_shapes(*map(int, args.set[5:].split(","))) if args.set.startswith("gpt2:") else param_set(args.set)
     timer, t0 = Timer(dev), time.perf_counter()
     copy = copy_bandwidth(dev, timer, 1 << 28, args.repeats)["wgsl_copy_wg256_ept4"]
     out = {"adapter": dev.name, "set": args.set, "copy_gbps": copy, "rows": {}}
     print(f"adapter {dev.name}; copy {copy:.0f} GB/s; passes: {[p.entry for p in rlx_gpu.Adafactor.passes]}")
-    finishes = tuple(int(f) for f in args.finish.split(","))
+    skipped = []
     for precision in args.precisions.split(","):
+        if time.perf_counter() - t0 > args.budget_s:
+            skipped.append(precision)
+            continue
         try:
-            res = time_precision(dev, timer, precision, shapes, args.rounds, args.repeats, finishes)
+            res = time_precision(dev, timer, precision, shapes, args.rounds, args.repeats, variants)
         except Exception as e:  # (printed; the next precision goes on)
             print(f"{precision}: FAILED {type(e).__name__}: {e}", file=sys.stderr)
             continue
         for f, r in res.items():
-            report(out, precision if len(res) == 1 else f"{precision} finish{f}", r,
+            report(out, precision if len(res) == 1 else f"{precision} {f}", r,
                    min_bytes("adafactor", precision, shapes), copy)
-    print(f"\n{time.perf_counter() - t0:.0f} s")
+    print(f"\n{time.perf_counter() - t0:.0f} s" + (f"; past --budget-s, left out: {skipped}" if skipped else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

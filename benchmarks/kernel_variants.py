@@ -21,6 +21,8 @@ is timed once, under the first name); ``+f16round`` (LAMB's float16 rows: F16ROU
 the apply pass re-reads them rounded by the hardware's conversion, engine/codegen.py); ``-merge``, ``-rowcols``
 (Adafactor: its stats pass apart from update_norm again; its rows and cols passes in two dispatches again),
 ``finish1``, ``finish8`` (Adafactor.FINISH: the finish pass loads 1 or 8 column partials at once, the default 16;
+``+recip``: Adafactor.RECIP, direction()'s row by a float32 reciprocal; ``+ptloads`` (the reducing rows):
+Optimizer.PTLOADS, the per-tensor passes load 8 partials at once;
 ``+wide``/``-wide`` its 16-bit rows with WIDE the other way from the default); ``ept4`` (the default with four
 vec4s a thread instead of two: AdamW's 16-bit rows and the quantized ones); and the quantized rows' timing-only
 diagnostics ``x-search``, ``x-decode``, ``x-maps`` (results wrong on purpose: ``qdiag.py``). A row that fails to
@@ -67,16 +69,16 @@ def variants(opt: str, precision: str) -> list:
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
                                                                                           else [])
     if opt in REDUCING:
-        out += ["-subgroups"]
+        out += ["-subgroups", "+ptloads"]
     if opt == "lamb" and precision == "f16":  # (round_state by the hardware's float16 conversion)
         out += ["+f16round"]
     if opt == "adafactor":  # (WIDE: on in bfloat16, off in float16 by default: timed against the other way)
-        out += ["-merge", "-rowcols", "finish1", "finish8"] + (["+wide"] if precision == "f16" else ["-wide"] if low
-                                                                 else [])
+        out += ["-merge", "-rowcols", "finish1", "finish8", "+recip"]
+        out += ["+wide"] if precision == "f16" else ["-wide"] if low else []
     return list(dict.fromkeys(out))
 
 
-EXTRA = ("QFORM8", "QFORM4", "EPT", "QEPT", "FINISH")  # (the other class attributes a variant may set)
+EXTRA = ("QFORM8", "QFORM4", "EPT", "QEPT", "FINISH", "RECIP")  # (the other class attributes a variant may set)
 
 
 def timed_variants(opt: str, precision: str, only: str | None = None) -> list:
@@ -199,7 +201,8 @@ def groups(args) -> list:
 
 
 COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "+f16round", "-merge", "-rowcols",
-           "finish1", "finish8", "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
+           "finish1", "finish8", "+recip", "+ptloads", "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4",
+           "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:

@@ -20,11 +20,12 @@
 // words: aux_c .. aux_rs); its column partials [B*nrt*n] at word CP; per unfactored tensor V [numel] at A. `tables`
 // (per chunk, whole vec4s an entry): AfRowsHead, AfFinishHead, then the AfSegment, AfColJob, AfJob and AfPair
 // tables they locate (structs and their readers tables_AfX(i) declared in rlx_gpu/optim/adafactor.py).
-// Record (rlx_gpu/optim/adafactor.py): decay, w, rho, eps1, eps2, d, sqrt_numel (f32); rows (m), row_tiles,
-// aux (A), cols (n), col_parts (CP), batch (B), numel (u32); flags FACTORED, DECAY.
+// Record (rlx_gpu/optim/adafactor.py): decay, w, rho, eps1, eps2, d, sqrt_numel, inv_cols (f32); rows (m),
+// row_tiles, aux (A), cols (n), col_parts (CP), batch (B), numel (u32); flags FACTORED, DECAY, RECIP.
 override RT: u32 = 128u;  // rows per column job
 override RPW: u32 = 8u;  // row segments per workgroup in the rows pass (WG / RPW threads each)
 override FL: u32 = 1u;  // column partials the finish pass loads at once (Adafactor.FINISH: 1, 8 or 16)
+override RC: u32 = 0u;  // 1: direction() finds rows by a float32 reciprocal, not a division (Adafactor.RECIP)
 
 @group(0) @binding(N) var<storage, read_write> aux: array<f32>;
 @group(0) @binding(N) var<storage, read> tables: array<vec4<u32>>;
@@ -34,11 +35,12 @@ fn direction(r: Rec, e: u32, g: vec4<f32>) -> vec4<f32> {
     let A = r.aux;
     var v: vec4<f32>;
     if (has(r, FACTORED)) {
-        let m = r.rows; let n = r.cols;
-        // row q (of all B*m), column c and batch b of element e (one integer division per vec4: PERF_NOTES.md 28)
-        var q = e / n;
+        let n = r.cols;
+        // row q (of all B*m), column c and batch b of element e (one integer division per vec4: PERF_NOTES.md 28;
+        // Adafactor.RECIP: none, row_of and batch_of)
+        var q = row_of(r, e);
         var c = e - q * n;
-        var b = q / m;
+        var b = batch_of(r, q);
         if ((n & 3u) == 0u) {  // rows of a multiple of 4: the vec4 lies in one row, its columns c..c+3
             let rq = aux[A + q];
             let cc = aux_c(r) + b * n + c;
@@ -49,13 +51,30 @@ fn direction(r: Rec, e: u32, g: vec4<f32>) -> vec4<f32> {
                 let rm = nan_max(aux[aux_m(r) + b], r.eps1);
                 v[j] = aux[A + q] * aux[aux_c(r) + b * n + c] / rm;
                 c = c + 1u;
-                if (c == n) { c = 0u; q = q + 1u; b = q / m; }
+                if (c == n) { c = 0u; q = q + 1u; b = batch_of(r, q); }
             }
         }
     } else {
         for (var j = 0u; j < 4u; j++) { v[j] = aux[A + min(e + j, r.numel - 1u)]; }
     }
     return inverseSqrt(nan_max4(v, vec4<f32>(r.eps1 * r.eps1))) * g;
+}
+
+// Element e's row (of all B*m). Adafactor.RECIP (RC = 1) where the tensor has the flag (B*m < 2^20, numel <
+// 2^30): q = trunc(f32(e) * inv_cols) is within 1 of e / n (f32(e) within 2^-23, inv_cols and the product within
+// 2^-24 each: < 2^-22 relatively, and e / n < 2^20, so < 0.25 absolutely), then corrected by the remainder's sign and size: the quotient exactly, so the
+// same bits, without the integer division (~20 instructions on the H200).
+fn row_of(r: Rec, e: u32) -> u32 {
+    if (RC == 0u || !has(r, RECIP)) { return e / r.cols; }
+    let q = u32(f32(e) * r.inv_cols);
+    let d = i32(e) - i32(q * r.cols);  // in (-n, 2n)
+    return select(select(q, q + 1u, d >= i32(r.cols)), q - 1u, d < 0);
+}
+
+// Row q's batch: q / m; with Adafactor.RECIP no division where the tensor is one matrix (B = 1).
+fn batch_of(r: Rec, q: u32) -> u32 {
+    if (RC == 1u && r.batch == 1u) { return 0u; }
+    return q / r.rows;
 }
 
 fn stats(r: Rec, e: u32, p: vec4<f32>, g: vec4<f32>, s: State) -> Out {

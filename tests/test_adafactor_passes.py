@@ -54,3 +54,24 @@ def test_tiny_run_has_every_pass(tmp_path):
     for row in rep["rows"].values():
         assert list(row) == [p.entry for p in rlx_gpu.Adafactor.passes]
         assert all(v["prefix_ms"] > 0 for v in row.values())
+
+
+def test_variants_are_the_switches_named(tmp_path):
+    """``--variants``: each name's class attributes (sums of them too), a row per variant in the same run; an
+    unknown name refused before anything runs, naming it."""
+    mod = _script()
+    assert mod.variant_switches("default") == {} and mod.variant_switches("finish8") == {"FINISH": 8}
+    assert mod.variant_switches("+recip+ptloads") == {"RECIP": True, "PTLOADS": True}
+    cls = mod.prefix_class(2, **mod.variant_switches("+recip"))
+    assert cls.RECIP and cls.constants["RC"] == 1 and len(cls.passes) == 2
+    with pytest.raises(ValueError, match="unknown variant 'recip'"):
+        mod.variant_switches("recip")
+    out = tmp_path / "v.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--set", "gpt2:1,64", "--precisions", "fp32", "--rounds", "1",
+                        "--repeats", "1", "--variants", "default,+recip+ptloads", "--json", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert list(json.loads(out.read_text())["rows"]) == ["fp32 default", "fp32 +recip+ptloads"]
+    bad = subprocess.run([sys.executable, str(SCRIPT), "--variants", "default,+nope"], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and "unknown variant '+nope'" in bad.stderr

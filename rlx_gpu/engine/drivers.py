@@ -41,7 +41,8 @@ class Emit:
     (``Optimizer.QFORM8`` / ``QFORM4``, one of :data:`rlx_gpu.engine.qsearch.FORMS`; "": the width's default);
     ``hround`` (float16 states): ``round_state`` (a pass's value as the next pass re-reads it: LAMB's norms) by
     the hardware's conversion (``pack2x16float``, overflow to inf guarded) instead of integer rounding (the same
-    bits where the conversion rounds to nearest even, as Vulkan's and llvmpipe's do)."""
+    bits where the conversion rounds to nearest even, as Vulkan's and llvmpipe's do);
+    ``ptloads``: a per-tensor pass's threads load 8 block partials before adding them (in the same order)."""
     wide: bool = False
     full: bool = False
     subgroups: bool = False
@@ -51,11 +52,13 @@ class Emit:
     qclosed: bool = False
     qform: str = ""
     hround: bool = False
+    ptloads: bool = False
 
 
 PLAIN = Emit()
 PRECISIONS = ("float32", "bfloat16", "float16", "bfloat16+master", "float16+master")
-SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK", "QDIRECT", "QCLOSED", "F16ROUND")  # the Optimizer class attributes that pick an Emit
+SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK", "QDIRECT", "QCLOSED", "F16ROUND",
+            "PTLOADS")  # the Optimizer class attributes that pick an Emit
 
 
 def switch(value, precision: str, name: str = "switch", qbits: int = 0) -> bool:
@@ -245,8 +248,16 @@ def _loop(p, reads, writes, H: int, uniform: bool, full: bool, qd: dict) -> list
 
 def per_tensor(p, emit: Emit = PLAIN) -> str:
     """The driver of one per-tensor pass: a workgroup per active tensor sums its blocks' ``partials`` and stores
-    what the optimizer's function makes of them in the tensor's record (uniform control flow up to its barriers)."""
+    what the optimizer's function makes of them in the tensor's record (uniform control flow up to its barriers).
+    With ``emit.ptloads`` a thread loads 8 of its partials before adding them, in the same order (the same bits),
+    so that 8 loads are in flight at once, not a chain of num_blocks / WG dependent round trips (GPT-2's wte: 74)."""
     cond = "has(r, ACTIVE)" + (f" && has(r, {p.only_if.upper()})" if p.only_if else "")
+    batch = [
+        "        for (; j + 7u * WG < r.num_blocks; j = j + 8u * WG) {",
+        "            let x = array<vec2<f32>, 8>(" + ", ".join(f"partials[r.first_block + j + {k}u * WG]"
+                                                            for k in range(8)) + ");",
+        "            for (var k = 0u; k < 8u; k++) { acc = acc + x[k]; }",
+        "        }"] if emit.ptloads else []
     L = signature(p.kernel, emit.subgroups) + [
         "    let t = wid.x + wid.y * nwg.x;",
         "    if (t >= ntensors()) { return; }",
@@ -254,6 +265,8 @@ def per_tensor(p, emit: Emit = PLAIN) -> str:
         f"    let live = {cond};",
         "    var acc = vec2<f32>(0.0);",
         "    if (live) {",
-        "        for (var j = lid; j < r.num_blocks; j = j + WG) { acc = acc + partials[r.first_block + j]; }",
+        *(["        var j = lid;", *batch] if batch else []),
+        f"        for ({'' if batch else 'var j = lid'}; j < r.num_blocks; j = j + WG) "
+        "{ acc = acc + partials[r.first_block + j]; }",
         "    }"]
     return "\n".join(L + reduce_end(f"set_tensor_scalar(t, {p.fn}(r, total));", "live", emit) + ["}"])

@@ -70,6 +70,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     WIDE = {"bfloat16": True, "float16": False, "bfloat16+master": True}
     FULL, SUBGROUPS, VPACK = True, True, True
     QDIRECT = False  # quantized buckets: the maps read from the state buffers, not copied (to be measured: issue 25)
+    PTLOADS = False  # per-tensor passes: 8 block partials loaded at once, the same adds (to be measured: issue 25)
     QCLOSED = {4: True, 8: True}  # quantized buckets: the code search in closed form, the same codes (by width)
     # and the form a width takes (engine/qsearch.FORMS): the H200's choices, PERF_NOTES 59 and 64 (8-bit "log"
     # +14% fp32 / +3% bf16 params over the guide search, 4-bit unsigned "linear" +6% over the bisection)
@@ -195,7 +196,8 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         return Emit(wide=on["WIDE"] and low and even and not (sig.qat or sig.qbits), full=on["FULL"] and not sig.qat,
                     subgroups=sub, directive=sub and subgroup_directive(), vpack=on["VPACK"],
                     qdirect=on["QDIRECT"] and bool(sig.qbits), qclosed=on["QCLOSED"] and bool(sig.qbits),
-                    qform=self.QFORM8 if sig.qbits == 8 else self.QFORM4, hround=on["F16ROUND"])
+                    qform=self.QFORM8 if sig.qbits == 8 else self.QFORM4, hround=on["F16ROUND"],
+                    ptloads=on["PTLOADS"])
 
     def _kernel(self, bucket, entry: str):
         key = (bucket.sig, tuple(bucket.states), entry)

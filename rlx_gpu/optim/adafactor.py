@@ -47,30 +47,34 @@ class Adafactor(Optimizer):
     """
     spec = ref.Adafactor
     shader = "adafactor.wgsl"
-    fields = ("decay", "w", "rho", "eps1", "eps2", "d", "sqrt_numel", "rows:u32", "row_tiles:u32", "aux:u32",
+    fields = ("decay", "w", "rho", "eps1", "eps2", "d", "sqrt_numel", "inv_cols", "rows:u32", "row_tiles:u32", "aux:u32",
               "cols:u32", "col_parts:u32", "batch:u32", "numel:u32")
-    flags = ("factored", "decay")
-    constants = {"RT": RT, "RPW": RPW, "FL": 1}
+    flags = ("factored", "decay", "recip")
+    constants = {"RT": RT, "RPW": RPW, "FL": 1, "RC": 0}
     # Switches (a subclass may turn them off; each keeps every bit): MERGE: RMS(p)'s per-block sums taken by
     # update_norm (which then reads p too), not by a stats pass of their own (the same sums in the same order);
     # ROWCOLS: the rows and cols passes (independent) in one dispatch. Both: six dependent passes, not eight.
     # FINISH: the column partials the finish pass loads at once before adding them (1, 8 or 16; the same adds in
     # the same order, so the same bits): 1 leaves a tall matrix's columns a chain of dependent loads (16: the H200's
     # choice, -9 to -11% a step in every precision, PERF_NOTES 63).
+    # RECIP: direction() (update_norm's and apply's) finds an element's row by a float32 reciprocal with an exact
+    # correction, and skips the batch division of a single matrix: the same row, so the same bits (off until the
+    # H200 measures it).
     MERGE = True
     ROWCOLS = True
     FINISH = 16
+    RECIP = False
     passes = (Pass("rowcols", kind="custom"), Pass("finish", kind="custom"), Pass("mean", kind="custom"),
               Pass("update_norm", fn="update_norm", param="r", reduce="xy"),
               Pass("ratio", kind="per_tensor", fn="ratio"),
               Pass("apply", fn="apply"))
 
     def __init_subclass__(cls, **kwargs):
-        """A subclass's ``MERGE`` and ``ROWCOLS`` pick its passes, its ``FINISH`` the finish pass's loads (the
-        modules are made from the class)."""
+        """A subclass's ``MERGE`` and ``ROWCOLS`` pick its passes, its ``FINISH`` the finish pass's loads, its
+        ``RECIP`` direction()'s row (the modules are made from the class)."""
         super().__init_subclass__(**kwargs)
         cls.passes = cls.pass_list(cls.MERGE, cls.ROWCOLS)
-        cls.constants = {**cls.constants, "FL": cls.FINISH}
+        cls.constants = {**cls.constants, "FL": cls.FINISH, "RC": int(bool(cls.RECIP))}
 
     @staticmethod
     def pass_list(merge: bool, rowcols: bool) -> tuple:
@@ -163,11 +167,15 @@ class Adafactor(Optimizer):
     def fill(self, g, t, fresh, sel):
         lr, wd = g["lr"], g["weight_decay"]
         d = self._dims[sel]
+        numel = [int(np.prod(self._shapes[self._names[i]])) for i in sel]
+        # RECIP's bounds (shaders/adafactor.wgsl row_of: the reciprocal's row within 1 of the quotient)
+        recip = self._fact[sel] & (d["B"] * d["m"] < 1 << 20) & (np.array(numel, np.int64) < 1 << 30)
         cols = dict(decay=1 - lr * wd, w=t ** g["beta2_decay"], rho=np.minimum(lr, 1 / np.sqrt(t)),
                     eps1=ref.eps1_of(g), eps2=g["eps"][1], d=g["d"], sqrt_numel=self._sqrt_numel[sel],
+                    inv_cols=1 / np.maximum(d["n"], 1),
                     rows=d["m"], row_tiles=-(-d["m"] // RT), aux=d["A"], cols=d["n"], col_parts=d["CP"],
-                    batch=d["B"], numel=[int(np.prod(self._shapes[self._names[i]])) for i in sel])
-        return cols, dict(factored=self._fact[sel], decay=wd != 0)
+                    batch=d["B"], numel=numel)
+        return cols, dict(factored=self._fact[sel], decay=wd != 0, recip=recip)
 
     # -- state dicts: the factored moments live in aux --------------------------------------------------
     def _aux_views(self, host: np.ndarray, t: int) -> dict:

@@ -1,0 +1,85 @@
+"""Adafactor.RECIP (direction()'s row by a float32 reciprocal with an exact correction, no batch division of a single
+matrix) and Optimizer.PTLOADS (a per-tensor pass's threads load 8 block partials before adding them, in the same
+order): each the default's arithmetic, so params and states bit for bit against the switch off over several steps
+(with a tensor absent on some steps), and RECIP against the NumPy twin (tests/helpers's bound)."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import rlx_gpu
+from helpers import assert_same
+from test_kernel_variants import _run, _same, _variant
+
+pytestmark = pytest.mark.gpu
+
+# n = 41 and 164 (rows of a multiple of 4 and not): f32(e) * f32(1/n) truncates one below e / n for some of their
+# elements (checked below), so a missing correction fails; batches of 40 and 20 rows; an unfactored tensor; and
+# 2^20 rows of 2, past RECIP's bound (B * m < 2^20), which keeps the division.
+RECIP_SHAPES = [(50, 41), (3, 40, 164), (2, 20, 7), (33, 188), 77, (1 << 20, 2)]
+
+
+def _naive_rows_off(shape) -> int:
+    """How many of a matrix's vec4s the reciprocal's truncated row alone gets wrong (float32 as on the GPU)."""
+    n = shape[-1]
+    e = np.arange(0, int(np.prod(shape)), 4, dtype=np.int64)
+    return int(((e.astype(np.float32) * np.float32(1 / n)).astype(np.int64) != e // n).sum())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_adafactor_recip_rows_are_the_divisions_bits(dtype, device):
+    """RECIP = True against False: the same bits in float32 and bfloat16 (16-bit params, pairs of vec4s)."""
+    assert _naive_rows_off((50, 41)) > 0 and _naive_rows_off((3, 40, 164)) > 0  # (the correction is exercised)
+    dt = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
+    rng = np.random.default_rng(3)
+    params = {f"t{i}": rng.standard_normal(s).astype(dt) for i, s in enumerate(RECIP_SHAPES)}
+    want_p, want_s = _run(_variant("Adafactor", {"RECIP": False}), params, {}, device, steps=3)
+    got = _variant("Adafactor", {"RECIP": True})
+    assert got.constants["RC"] == 1 and rlx_gpu.Adafactor.constants["RC"] == int(rlx_gpu.Adafactor.RECIP)
+    got_p, got_s = _run(got, params, {}, device, steps=3)
+    _same(got_p, want_p, True, f"RECIP {dtype}: param")
+    for n in want_s:
+        _same(got_s[n], want_s[n], True, f"RECIP {dtype}: state of {n}")
+
+
+def test_adafactor_recip_is_the_twins_step(device):
+    """RECIP = True against rlx_gpu.reference.Adafactor over three steps (every param and state within the bound)."""
+    rng = np.random.default_rng(4)
+    params = {f"t{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(RECIP_SHAPES[:5])}
+    gpu, twin = _variant("Adafactor", {"RECIP": True})(params, device=device), rlx_gpu.reference.Adafactor(params)
+    for _ in range(3):
+        g = {n: rng.standard_normal(p.shape).astype(np.float32) for n, p in params.items()}
+        gpu.step(g)
+        twin.step(g)
+    assert_same(gpu, twin, "Adafactor RECIP")
+
+
+def _scalars(opt) -> np.ndarray:
+    """Every tensor's ``tensor_scalar`` record word (what the per-tensor pass stored), as raw bits."""
+    rec = opt.record
+    words = opt.device.read(opt._hyper, 0, opt._hyper.size, out=np.empty(opt._hyper.size // 4, np.uint32))
+    return words.reshape(-1, rec.size)[:len(opt._names), rec.tensor.offset["tensor_scalar"]]
+
+
+@pytest.mark.parametrize("name", ["Adafactor", "LAMB", "Mars"])
+def test_per_tensor_batched_loads_are_the_one_by_one_bits(name, device):
+    """PTLOADS = True against False with 64-thread workgroups (so a tensor of 822 blocks takes a round of 8 x 64
+    partials and a remainder, one of 160 the remainder alone): every step's per-tensor scalars (the sums' results,
+    as raw bits), params and states bit for bit. (A load dropped or repeated fails it; the 8 adds reversed did not
+    on llvmpipe: the ulps they move in a thread's sum do not survive the tree and the sqrt in these scalars.)"""
+    rng = np.random.default_rng(6)
+    params = {"big": rng.standard_normal((700, 600)).astype(np.float32),
+              "mid": rng.standard_normal(160 * 512).astype(np.float32), "b": rng.standard_normal(40).astype(np.float32)}
+    got = {}
+    for on in (False, True):
+        opt = _variant(name, {"WG": 64, "EPT": 2, "PTLOADS": on})(params, device=device)
+        steps, rg = [], np.random.default_rng(9)
+        for _ in range(3):
+            opt.step({n: (rg.standard_normal(p.shape) * 1e-2).astype(np.float32) for n, p in params.items()})
+            steps.append(_scalars(opt))
+        got[on] = steps, opt.read_params(), opt.state_dict()["state"]
+    for k, (a, b) in enumerate(zip(got[True][0], got[False][0])):
+        np.testing.assert_array_equal(a, b, err_msg=f"{name} PTLOADS: tensor scalars of step {k + 1}")
+    _same(got[True][1], got[False][1], True, f"{name} PTLOADS: param")
+    for n, st in got[False][2].items():
+        _same({k: np.asarray(v) for k, v in got[True][2][n].items() if k != "step"},
+              {k: np.asarray(v) for k, v in st.items() if k != "step"}, True, f"{name} PTLOADS: state of {n}")
