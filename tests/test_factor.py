@@ -226,3 +226,13 @@ def test_float16_products(device, path):
     assert all(np.log2(v) == np.round(np.log2(v)) for v in inv.reshape(-1))  # (powers of two: exact)
     for z in range(B):
         assert rel(got[z], want[z]) <= (1.5e-3 if path == "emulated" else 3e-3), (z, rel(got[z], want[z]))
+
+
+def test_householder_work_buffers_too_small(device, monkeypatch):
+    """Buffers made for WIDE=0 used with WIDE=128 (the switch set after they were made): a clear error."""
+    s = c = 70
+    vs, tb, a = (device.buffer(4 * k, "hh") for k in (s * c, householder.t_floats(c), s * c))
+    work = tuple(device.buffer(4 * householder.work_floats(s), "w") for _ in range(2))
+    monkeypatch.setattr(householder, "WIDE", 128)
+    with pytest.raises(ValueError, match="tbuf holds"):
+        record(device, 1, lambda r: householder.qr(r, Mat(a, 0, s * c, c), s, c, Mat(vs, 0, s * c, c), tb, work))

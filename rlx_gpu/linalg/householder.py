@@ -86,8 +86,19 @@ def panel(r: Rec, a: Mat, s: int, c: int, j0: int, vs: Mat, tbuf, v0: int | None
     _hh(r, "hh_panel", HH, "hp", r.batch, X=a.buf, V=vs.buf, Tb=tbuf, words=words)
 
 
+def _check(r: Rec, c: int, cols: int, tbuf, work) -> None:
+    """tbuf and work as large as :func:`t_floats` and :func:`work_floats` say (:data:`WIDE` as it is now: set it
+    before the buffers are made)."""
+    for name, buf, need in (("tbuf", tbuf, t_floats(c)), ("work[0]", work[0], work_floats(cols)),
+                            ("work[1]", work[1], work_floats(cols))):
+        if buf.size < 4 * r.batch * need:
+            raise ValueError(f"householder: {name} holds {buf.size} bytes, {4 * r.batch * need} needed for "
+                             f"{r.batch} matrices of {c} columns with WIDE={WIDE}")
+
+
 def qr(r: Rec, a: Mat, s: int, c: int, vs: Mat, tbuf, work) -> None:
     """Householder QR of each (s, c) A, s >= c, in place; V into ``vs``, the T factors into ``tbuf``."""
+    _check(r, c, c, tbuf, work)
     step = WIDE or BLOCK
     for w0 in range(0, c, step):
         w1 = min(c, w0 + step)
@@ -121,6 +132,7 @@ def compose_t(r: Rec, vs: Mat, tbuf, s: int, c: int, w0: int, w1: int, work) -> 
 
 def form_q(r: Rec, q: Mat, s: int, c: int, nq: int, vs: Mat, tbuf, work) -> None:
     """Q = H_1 ... H_c applied to the identity's first ``nq`` columns (backward over the blocks), into ``q``."""
+    _check(r, c, max(c, nq), tbuf, work)
     copy2d(r, q, None, s, nq)
     step = WIDE or BLOCK
     for j0 in reversed(range(0, c, step)):
