@@ -22,8 +22,9 @@ first steps by the wall clock of one step (queue drained before and after). Rows
     kron solves / bounds / gemms  the blocked triangular solves, the norm lower bounds' passes, every GEMM
     kron rest            step less those three
 
-Each value of ``--wide`` (householder.WIDE: 0 is today's QR, 128 the blocked one) runs in a child process of its
-own with a time limit (a crash, hang or compile error loses that child's remaining rows, printed as an error);
+Each value of ``--wide`` runs in a child process of its own with a time limit: it sets householder.WIDE (SOAP's QR;
+0 is today's, 128 the blocked one) and factor.WIDE (Kron's triangular solves; the same), which the other optimizer
+does not use, so SOAP's rows measure the one and Kron's the other (a crash, hang or compile error loses that child's remaining rows, printed as an error);
 the table has a column per value.
 
     source .gl/gpu_env.sh && python3 benchmarks/matrix_phases.py --wide 0,128 --total 170   # the H200
@@ -190,10 +191,10 @@ def child(args) -> None:
     """One --wide value: the rows as JSON lines on stdout."""
     import torch  # noqa: F401  (before the device, as everywhere)
     import rlx_gpu
-    from rlx_gpu.linalg import householder
+    from rlx_gpu.linalg import factor, householder
     from rlx_gpu.tools.bench.guarded import with_grads
     from rlx_gpu.tools.bench.timing import Timer
-    householder.WIDE = args.child
+    householder.WIDE = factor.WIDE = args.child
     dev = rlx_gpu.get_device()
     timer = Timer(dev)
     params, grads = problem(args.div, args.matrices)

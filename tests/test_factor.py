@@ -40,14 +40,17 @@ def rel(got, want):
     return float(np.abs(got - want).max() / np.abs(want).max())
 
 
-@pytest.mark.parametrize("n", [5, 40, 77])
-def test_cholesky_and_triangular_solves(device, n):
+@pytest.mark.parametrize("trsm_wide", [0, 128], ids=["trsm0", "trsm128"])
+@pytest.mark.parametrize("n", [5, 40, 77, 200])
+def test_cholesky_and_triangular_solves(device, n, trsm_wide, monkeypatch):
+    """(``trsm_wide``: factor.WIDE, trsm_right's outer blocks; the same tolerances.)"""
+    monkeypatch.setattr(factor, "WIDE", trsm_wide)
     rng = np.random.default_rng(n)
     B, rows, q = 2, 300, 13
     a = rng.standard_normal((B, n + 3, n))
     g = (np.einsum("bij,bik->bjk", a, a) + 0.1 * np.eye(n)).astype(np.float32)
     L = np.linalg.cholesky(g.astype(np.float64))
-    buf, pan = up(device, g), device.buffer(4 * B * rows * 32, "panel")
+    buf, pan = up(device, g), device.buffer(4 * B * rows * 128, "panel")
     record(device, B, lambda r: factor.cholesky(r, Mat(buf, 0, n * n, n), n, pan))
     assert rel(np.tril(down(device, buf, (B, n, n))), L) <= 5e-6
     y = rng.standard_normal((B, rows, n)).astype(np.float32)
