@@ -51,7 +51,7 @@ fn hh_panel(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         }
         storageBarrier();
         if (live) {
-            for (var i = j0 + lid; i < n; i += 256u) {
+            for (var i = hp.v0 + lid; i < n; i += 256u) {  // (from row v0 <= j0: zeros above the panel too)
                 V[vb + i * hp.ldv + k] = select(select(X[base + i * ld + k], 1.0, i == k), 0.0, i < k);
             }
         }

@@ -118,3 +118,12 @@ def run_blocks(codes: list, tmp_path) -> str:
     assert r.returncode == 0, textwrap.shorten(r.stdout[-1500:], 1500) + "\n" + r.stderr[-3000:]
     assert r.stdout.count("--- block") == len(parts) - 1
     return r.stdout
+
+
+def load_script(path, name: str):
+    """A benchmark script (not a package module) imported from its file, as ``name``."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -40,14 +40,17 @@ def rel(got, want):
     return float(np.abs(got - want).max() / np.abs(want).max())
 
 
-@pytest.mark.parametrize("n", [5, 40, 77])
-def test_cholesky_and_triangular_solves(device, n):
+@pytest.mark.parametrize("trsm_wide", [0, 128], ids=["trsm0", "trsm128"])
+@pytest.mark.parametrize("n", [5, 40, 77, 200])
+def test_cholesky_and_triangular_solves(device, n, trsm_wide, monkeypatch):
+    """(``trsm_wide``: factor.WIDE, trsm_right's outer blocks; the same tolerances.)"""
+    monkeypatch.setattr(factor, "WIDE", trsm_wide)
     rng = np.random.default_rng(n)
     B, rows, q = 2, 300, 13
     a = rng.standard_normal((B, n + 3, n))
     g = (np.einsum("bij,bik->bjk", a, a) + 0.1 * np.eye(n)).astype(np.float32)
     L = np.linalg.cholesky(g.astype(np.float64))
-    buf, pan = up(device, g), device.buffer(4 * B * rows * 32, "panel")
+    buf, pan = up(device, g), device.buffer(4 * B * rows * 128, "panel")
     record(device, B, lambda r: factor.cholesky(r, Mat(buf, 0, n * n, n), n, pan))
     assert rel(np.tril(down(device, buf, (B, n, n))), L) <= 5e-6
     y = rng.standard_normal((B, rows, n)).astype(np.float32)
@@ -106,8 +109,10 @@ def test_products_with_a_triangle(device, s):
 def householder_q(device, a):
     B, s, c = a.shape
     ab = up(device, a.astype(np.float32))
-    vs, tb, qb = (device.buffer(4 * B * k, "hh") for k in (s * c, -(-c // 32) * 1024, s * s))
-    work = tuple(device.buffer(4 * B * 32 * s, "w") for _ in range(2))
+    junk = np.random.default_rng(1).standard_normal(B * s * c).astype(np.float32)  # (V's buffer not zeroed)
+    vs = device.buffer(4 * B * s * c, "hh", data=junk)
+    tb, qb = (device.buffer(4 * B * k, "hh") for k in (householder.t_floats(c), s * s))
+    work = tuple(device.buffer(4 * B * householder.work_floats(s), "w") for _ in range(2))
 
     def run(r):
         A, Q = Mat(ab, 0, s * c, c), Mat(qb, 0, s * s, s)
@@ -119,8 +124,15 @@ def householder_q(device, a):
     return down(device, qb, (B, s, s)), r_ * np.where(np.diagonal(r_, axis1=1, axis2=2) < 0, -1, 1)[:, :, None]
 
 
-@pytest.mark.parametrize("shape", [(5, 5), (77, 30), (300, 40), (70, 70)])
-def test_householder_qr(device, shape):
+@pytest.fixture(params=[0, 128], ids=["wide0", "wide128"])
+def wide(request, monkeypatch):
+    """householder.WIDE off (the default) and on: the same tolerances either way."""
+    monkeypatch.setattr(householder, "WIDE", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (77, 30), (300, 40), (70, 70), (300, 160)])
+def test_householder_qr(device, shape, wide):
     rng = np.random.default_rng(shape[0])
     a = rng.standard_normal((2,) + shape)
     if shape == (70, 70):  # rank-deficient: a repeated column and ten zero ones
@@ -135,7 +147,7 @@ def test_householder_qr(device, shape):
             assert np.abs(q[z][:, :shape[1]] - q64 * np.sign(np.diag(r64))).max() <= 2e-6
 
 
-def test_householder_where_cholesky_qr_fails(device):
+def test_householder_where_cholesky_qr_fails(device, wide):
     """SOAP's refresh factors M = GG Q, whose Gram matrix Q^T GG^2 Q squares GG's condition number: at 1e7 (and for
     a rank-deficient GG) Cholesky-QR's Cholesky meets a non-positive pivot in float32, Householder's Q stays
     orthonormal to rounding and reproduces M."""
@@ -156,7 +168,7 @@ def residual(g, q):
 
 
 @pytest.mark.parametrize("shape", [(16, 16), (12, 20), (24, 8), (40, 33), (64, 300)])
-def test_gram_bases(device, shape):
+def test_gram_bases(device, shape, wide):
     """The eigenvectors of g g^T and g^T g by descending eigenvalue, for full-rank and rank-deficient g (two equal
     rows and a zero one in the second matrix): residual, orthonormality, order, eigenvalues."""
     m, n = shape
@@ -217,3 +229,13 @@ def test_float16_products(device, path):
     assert all(np.log2(v) == np.round(np.log2(v)) for v in inv.reshape(-1))  # (powers of two: exact)
     for z in range(B):
         assert rel(got[z], want[z]) <= (1.5e-3 if path == "emulated" else 3e-3), (z, rel(got[z], want[z]))
+
+
+def test_householder_work_buffers_too_small(device, monkeypatch):
+    """Buffers made for WIDE=0 used with WIDE=128 (the switch set after they were made): a clear error."""
+    s = c = 70
+    vs, tb, a = (device.buffer(4 * k, "hh") for k in (s * c, householder.t_floats(c), s * c))
+    work = tuple(device.buffer(4 * householder.work_floats(s), "w") for _ in range(2))
+    monkeypatch.setattr(householder, "WIDE", 128)
+    with pytest.raises(ValueError, match="tbuf holds"):
+        record(device, 1, lambda r: householder.qr(r, Mat(a, 0, s * c, c), s, c, Mat(vs, 0, s * c, c), tb, work))

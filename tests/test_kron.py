@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import rlx_gpu
+from rlx_gpu.linalg import factor
 from rlx_gpu.reference import Kron as Twin
 from rlx_gpu.reference.kron import device_probe, draws
 from helpers import partition_with_adamw, resumed, snapshot
@@ -128,9 +129,12 @@ def test_gpu_equals_twin(device, opts):
             assert st[n]["step"] == twin.state[n]["step"]
 
 
-def test_large_sides_and_a_seeded_resume(device, tmp_path):
+@pytest.mark.parametrize("trsm_wide", [0, 128], ids=["trsm0", "trsm128"])
+def test_large_sides_and_a_seeded_resume(device, tmp_path, trsm_wide, monkeypatch):
     """Sides past one workgroup's 256 threads (the solves', bounds' and balancing's strided loops) follow the twin;
-    a checkpoint keeps the seed (a hyperparameter), so the resumed run draws what the original does."""
+    a checkpoint keeps the seed (a hyperparameter), so the resumed run draws what the original does. (``trsm_wide``:
+    factor.WIDE, the solves' outer blocks of 128; the same tolerances.)"""
+    monkeypatch.setattr(factor, "WIDE", trsm_wide)
     p0 = params({"w": (300, 270), "v": (270, 300)}, 11)
     kw = dict(lr=1e-2, precond_update_prob=1.0, balance_prob=0.5, seed=7)
     gpu, twin = rlx_gpu.Kron(p0, device=device, **kw), Twin(p0, **kw)

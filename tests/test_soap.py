@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import rlx_gpu
+from rlx_gpu.linalg import householder
 from rlx_gpu.reference import SOAP as Twin
 from helpers import partition_with_adamw, resumed, snapshot
 
@@ -199,8 +200,12 @@ def test_first_step_bases_on_the_device(device):
             assert np.abs(q.T @ q - np.eye(len(q))).max() <= 2e-6 and np.all(np.diff(lam) <= 1e-5 * lam[0]), n
 
 
-def test_device_decompositions_follow_the_host_path(device):
-    p0 = params({**SQUARE, **WIDE}, 23)
+@pytest.mark.parametrize("hh_wide", [0, 128], ids=["wide0", "wide128"])
+def test_device_decompositions_follow_the_host_path(device, hh_wide, monkeypatch):
+    """(``hh_wide``: householder.WIDE, the QR's updates in blocks of 128; a side of 72 then has three panels
+    composed in one block, the same tolerances.)"""
+    monkeypatch.setattr(householder, "WIDE", hh_wide)
+    p0 = params({**SQUARE, **WIDE, **({"x": (40, 72)} if hh_wide else {})}, 23)
     kw = dict(lr=1e-2, precondition_frequency=3)
     dev_, host = rlx_gpu.SOAP(p0, device=device, **kw), rlx_gpu.SOAP(p0, device=device, decompositions="host", **kw)
     rng = np.random.default_rng(24)
@@ -210,7 +215,7 @@ def test_device_decompositions_follow_the_host_path(device):
         host.step(g)
         a, b = dev_.state_dict(), host.state_dict()
         if s == 0:  # (the non-square ones' first bases are not unique: the host's shared)
-            for n in WIDE:
+            for n in (n for n, v in p0.items() if v.shape[0] != v.shape[1] or n == "s"):
                 a["state"][n].update({k: b["state"][n][k] for k in ("Q_0", "Q_1")})
             dev_.load_state_dict(a)
         for n in p0:

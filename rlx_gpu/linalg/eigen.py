@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from ..runtime.kernels import shipped_kernel
 from ..runtime.params import Params, declare
-from .factor import BLOCK, Mat, Rec, _mm, copy2d
+from . import householder
+from .factor import Mat, Rec, _mm, copy2d
 from .householder import form_q, positive_r, qr
 from .record import _bind, _prm
 
@@ -97,8 +98,8 @@ def gram_work(dev, batch: int, m: int, n: int, label: str, **given) -> dict:
     to use instead, by name: h and vs of L S floats a matrix, qf of L^2, fs, us, ws of S^2)."""
     L, S = max(m, n), min(m, n)
     f = 4 * batch
-    sizes = dict(h=L * S, vs=L * S, qf=L * L, fs=S * S, us=S * S, ws=S * S, t=-(-L // BLOCK) * BLOCK * BLOCK,
-                 w1=BLOCK * L, w2=BLOCK * L, est=L, order=L)
+    sizes = dict(h=L * S, vs=L * S, qf=L * L, fs=S * S, us=S * S, ws=S * S, t=householder.t_floats(L),
+                 w1=householder.work_floats(L), w2=householder.work_floats(L), est=L, order=L)
     out = {k: given.get(k) or dev.buffer(f * v, f"{label}.{k}") for k, v in sizes.items()}
     out["cnt"] = dev.buffer(4 * (2 + batch * SWEEPS), f"{label}.cnt")
     out["flag"] = dev.buffer(f, f"{label}.flag")
@@ -107,8 +108,7 @@ def gram_work(dev, batch: int, m: int, n: int, label: str, **given) -> dict:
 
 def qr_dispatches(s: int, c: int) -> int:
     """The most dispatches :func:`~.householder.qr` and :func:`~.householder.form_q` record for c columns."""
-    b = -(-c // BLOCK)
-    return 4 * b + 1 + 3 * b + 1
+    return householder.dispatches(c)
 
 
 def gram_dispatches(m: int, n: int) -> int:

@@ -21,10 +21,13 @@ from ..runtime.kernels import shipped_kernel
 from ..runtime.params import Params, declare
 from .record import _bind, _prm, gemm
 
-__all__ = ["Mat", "Rec", "BLOCK", "trsm_right", "trsm_left", "cholesky", "lu_solve", "copy2d", "cholesky_qr_encode",
+__all__ = ["Mat", "Rec", "BLOCK", "WIDE", "trsm_right", "trsm_left", "cholesky", "lu_solve", "copy2d", "cholesky_qr_encode",
            "tri_gemm"]
 
 BLOCK = 32  # columns a block (factor.wgsl's BW)
+#: trsm_right's outer blocks (0: off, the default until the H200 decides; 128): the update of the columns after a
+#: block of WIDE once, K = WIDE, not WIDE / 32 times with K = 32. Other sums than without, so not the same bits.
+WIDE = 0
 TRI = Params("TriParams", "b", "nvec", "batch", "groups", "x_off", "x_bs", "x_sv", "x_sk", "t_off", "t_bs", "t_se",
              "t_sf", "p_off", "p_bs", "p_sv", "p_sk", "flags")
 CHOL = Params("CholParams", "n", "b", "j0", "ld", "a_off", "a_bs", "p_off", "p_bs", "groups", "batch")
@@ -87,16 +90,31 @@ def _tri(r: Rec, x: Mat, t: Mat, b: int, nvec: int, vec_rows: bool, coeff_rows: 
 def trsm_right(r: Rec, y: Mat, u: Mat, rows: int, s: int, panel, *, lower_t=False, unit=False) -> None:
     """Y <- Y U^-1 for (rows, s) matrices Y and upper-triangular (s, s) U (``lower_t``: U = L^T, L lower as stored);
     forward over 32-column blocks: solve the block's columns (a thread a row), then Y[:, after] -= Y_block U[block,
-    after] by GEMM. ``panel``: a buffer of ``batch * rows * 32`` floats."""
-    for j0 in range(0, s, BLOCK):
-        b = min(BLOCK, s - j0)
-        pan = Mat(panel, 0, rows * b, b)
-        _tri(r, y.at(0, j0), u.at(j0, j0), b, rows, True, lower_t, UNIT if unit else 0, pan)
-        j1 = j0 + b
-        if lower_t:  # U[block, after] = L[after, block]^T
-            _mm(r, pan, u.at(j1, j0), y.at(0, j1), rows, s - j1, b, tb=True)
-        else:
-            _mm(r, pan, u.at(j0, j1), y.at(0, j1), rows, s - j1, b)
+    after] by GEMM. ``panel``: a buffer of ``batch * rows * 32`` floats (with :data:`WIDE`, ``batch * rows *
+    min(WIDE, s)``: the columns after a WIDE block are updated once, with K = WIDE, from the block's solved columns
+    gathered there; inside the block, by 32 as without)."""
+    step = WIDE or BLOCK
+    if panel.size < 4 * r.batch * rows * min(step, s):
+        raise ValueError(f"trsm_right: panel holds {panel.size} bytes, {4 * r.batch * rows * min(step, s)} needed "
+                         f"for {r.batch} matrices of {rows} rows (WIDE={WIDE})")
+    for w0 in range(0, s, step):
+        w1 = min(s, w0 + step)
+        wb = w1 - w0
+        for j0 in range(w0, w1, BLOCK):
+            b, j1 = min(BLOCK, w1 - j0), min(w1, j0 + BLOCK)
+            pan = Mat(panel, j0 - w0, rows * wb, wb)
+            _tri(r, y.at(0, j0), u.at(j0, j0), b, rows, True, lower_t, UNIT if unit else 0, pan)
+            _trsm_update(r, pan, u, y, rows, j0, j1, (w1 if WIDE else s) - j1, b, lower_t)
+        if WIDE:
+            _trsm_update(r, Mat(panel, 0, rows * wb, wb), u, y, rows, w0, w1, s - w1, wb, lower_t)
+
+
+def _trsm_update(r: Rec, pan: Mat, u: Mat, y: Mat, rows: int, j0: int, j1: int, cols: int, k: int, lower_t: bool):
+    """Y[:, j1:j1 + cols] -= Y[:, j0:j1] (solved, in ``pan``) U[j0:j1, j1:j1 + cols]."""
+    if lower_t:  # U[block, after] = L[after, block]^T
+        _mm(r, pan, u.at(j1, j0), y.at(0, j1), rows, cols, k, tb=True)
+    else:
+        _mm(r, pan, u.at(j0, j1), y.at(0, j1), rows, cols, k)
 
 
 def trsm_left(r: Rec, x: Mat, t: Mat, s: int, q: int, panel, *, upper=False, unit=False) -> None:

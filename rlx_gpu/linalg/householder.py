@@ -9,23 +9,54 @@
 Robust for any matrix (rank-deficient ones too: a zero column's reflector is the identity); float32 throughout, so
 Q is orthonormal to float32 rounding whatever the condition number. Work buffers the caller owns: ``vs`` a
 :class:`~rlx_gpu.linalg.factor.Mat` of (s, c) (V, explicit), ``tbuf`` ``batch * ceil(c / 32) * 1024`` floats (the
-T factors), ``work`` two buffers of ``batch * 32 * max(c, nq)`` floats.
+T factors), ``work`` two buffers of ``batch * 32 * max(c, nq)`` floats; with :data:`WIDE` set, ``tbuf`` of
+``batch * t_floats(c)`` and ``work`` of ``batch * work_floats(max(c, nq))`` floats.
+
+:data:`WIDE` (0: off, the default until the H200 decides; 128): the reflectors applied outside a panel's own block
+in blocks of WIDE columns (the 32-wide panels and their updates inside a block as before, then the block's T
+composed, T = [[T1, -T1 V1^T V2 T2], [0, T2]], by small GEMMs), so the trailing updates and the forming of Q are a
+quarter as many GEMMs with full 128-row tiles. The same reflectors, other rounding (not the same bits).
 """
 from __future__ import annotations
 
 from ..runtime.params import Params, declare
 from .factor import BLOCK, Mat, Rec, _mm, copy2d
 
-__all__ = ["qr", "form_q", "positive_r", "HH", "SIGN"]
+__all__ = ["qr", "form_q", "positive_r", "HH", "SIGN", "WIDE", "t_floats", "work_floats", "dispatches"]
 
-HH = Params("HhParams", "rows", "j0", "b", "lda", "a_off", "a_bs", "v_off", "v_bs", "ldv", "t_off", "t_bs", "batch")
+WIDE = 0  # (0 or a multiple of BLOCK: the blocks of the updates outside a panel; module docstring)
+
+HH = Params("HhParams", "rows", "j0", "b", "lda", "a_off", "a_bs", "v_off", "v_bs", "ldv", "t_off", "t_bs", "batch", "v0")
 SIGN = Params("SignParams", "rows", "cols", "batch", "q_off", "q_bs", "ldq", "r_off", "r_bs", "ldr")
 declare("householder.wgsl", HH, SIGN)
 
 
+def t_floats(c: int) -> int:
+    """The T factors' floats a matrix of c columns: ceil(c / 32) slots of 32 x 32, then with :data:`WIDE`
+    ceil(c / WIDE) of WIDE x WIDE (the composed ones)."""
+    small = -(-c // BLOCK) * BLOCK * BLOCK
+    return small + (-(-c // WIDE) * WIDE * WIDE if WIDE else 0)
+
+
+def work_floats(cols: int) -> int:
+    """Each work buffer's floats a matrix, for updates of up to ``cols`` columns."""
+    return max(BLOCK, WIDE) * cols
+
+
+def dispatches(c: int) -> int:
+    """The most dispatches :func:`qr` and :func:`form_q` record for c columns."""
+    b = -(-c // BLOCK)
+    return 4 * b + 1 + 3 * b + 1 + ((5 * b + 7 * -(-c // WIDE)) if WIDE else 0)
+
+
 def _tmat(tbuf, c: int, j0: int) -> Mat:
     """Block j0's T (32 x 32 slots, ceil(c / 32) a matrix)."""
-    return Mat(tbuf, (j0 // BLOCK) * BLOCK * BLOCK, -(-c // BLOCK) * BLOCK * BLOCK, BLOCK)
+    return Mat(tbuf, (j0 // BLOCK) * BLOCK * BLOCK, t_floats(c), BLOCK)
+
+
+def _tbig(tbuf, c: int, j0: int) -> Mat:
+    """Wide block j0's composed T (WIDE x WIDE slots after the small ones)."""
+    return Mat(tbuf, -(-c // BLOCK) * BLOCK * BLOCK + (j0 // WIDE) * WIDE * WIDE, t_floats(c), WIDE)
 
 
 def _hh(r: Rec, entry: str, params: Params, name: str, groups: int, **bufs) -> None:
@@ -46,23 +77,68 @@ def apply_block(r: Rec, v: Mat, t: Mat, x: Mat, rows: int, cols: int, b: int, tr
     _mm(r, v, w2, x, rows, cols, b)
 
 
+def panel(r: Rec, a: Mat, s: int, c: int, j0: int, vs: Mat, tbuf, v0: int | None = None) -> None:
+    """The 32 (or fewer) reflectors of A's columns from j0 (``hh_panel``, one workgroup a matrix): T, and V from
+    row ``v0`` (default j0; the zeros above the panel from there: a wide block's V is read from its first row)."""
+    t = _tmat(tbuf, c, j0)
+    words = dict(rows=s, j0=j0, b=min(BLOCK, c - j0), lda=a.ld, a_off=a.off, a_bs=a.bs, v_off=vs.off, v_bs=vs.bs,
+                 ldv=vs.ld, t_off=t.off, t_bs=t.bs, batch=r.batch, v0=j0 if v0 is None else v0)
+    _hh(r, "hh_panel", HH, "hp", r.batch, X=a.buf, V=vs.buf, Tb=tbuf, words=words)
+
+
+def _check(r: Rec, c: int, cols: int, tbuf, work) -> None:
+    """tbuf and work as large as :func:`t_floats` and :func:`work_floats` say (:data:`WIDE` as it is now: set it
+    before the buffers are made)."""
+    for name, buf, need in (("tbuf", tbuf, t_floats(c)), ("work[0]", work[0], work_floats(cols)),
+                            ("work[1]", work[1], work_floats(cols))):
+        if buf.size < 4 * r.batch * need:
+            raise ValueError(f"householder: {name} holds {buf.size} bytes, {4 * r.batch * need} needed for "
+                             f"{r.batch} matrices of {c} columns with WIDE={WIDE}")
+
+
 def qr(r: Rec, a: Mat, s: int, c: int, vs: Mat, tbuf, work) -> None:
     """Householder QR of each (s, c) A, s >= c, in place; V into ``vs``, the T factors into ``tbuf``."""
-    for j0 in range(0, c, BLOCK):
-        b = min(BLOCK, c - j0)
-        t = _tmat(tbuf, c, j0)
-        words = dict(rows=s, j0=j0, b=b, lda=a.ld, a_off=a.off, a_bs=a.bs, v_off=vs.off, v_bs=vs.bs, ldv=vs.ld,
-                     t_off=t.off, t_bs=t.bs, batch=r.batch)
-        _hh(r, "hh_panel", HH, "hp", r.batch, X=a.buf, V=vs.buf, Tb=tbuf, words=words)
-        apply_block(r, vs.at(j0, j0), t, a.at(j0, j0 + b), s - j0, c - j0 - b, b, True, work)
+    _check(r, c, c, tbuf, work)
+    step = WIDE or BLOCK
+    for w0 in range(0, c, step):
+        w1 = min(c, w0 + step)
+        for j0 in range(w0, w1, BLOCK):
+            b = min(BLOCK, w1 - j0)
+            panel(r, a, s, c, j0, vs, tbuf, w0)
+            apply_block(r, vs.at(j0, j0), _tmat(tbuf, c, j0), a.at(j0, j0 + b), s - j0, (w1 if WIDE else c) - j0 - b,
+                        b, True, work)
+        if WIDE:
+            compose_t(r, vs, tbuf, s, c, w0, w1, work)
+            apply_block(r, vs.at(w0, w0), _tbig(tbuf, c, w0), a.at(w0, w1), s - w0, c - w1, w1 - w0, True, work)
+
+
+def compose_t(r: Rec, vs: Mat, tbuf, s: int, c: int, w0: int, w1: int, work) -> None:
+    """The composed T of reflectors w0..w1 (panels of 32), a block column at a time: T_big[:p + b, p:p + b] =
+    [-T_big[:p, :p] (V_:p^T V_k); I] T_k (T_k staged in ``work[0]``: a dispatch may not read and write one
+    buffer); zeros below the diagonal blocks."""
+    big = _tbig(tbuf, c, w0)
+    copy2d(r, big, None, w1 - w0, w1 - w0)
+    for j0 in range(w0, w1, BLOCK):
+        b, p = min(BLOCK, w1 - j0), j0 - w0
+        x, tk = Mat(work[0], 0, p * b + b * b, b), Mat(work[0], p * b, p * b + b * b, b)
+        y = Mat(work[1], 0, (p + b) * b, b)
+        copy2d(r, tk, _tmat(tbuf, c, j0), b, b)
+        if p:
+            _mm(r, vs.at(j0, w0), vs.at(j0, j0), x, p, b, s - j0, ta=True, alpha=1.0, beta=0.0)  # V_:p^T V_k
+            _mm(r, big, x, y, p, b, p, alpha=-1.0, beta=0.0)
+        copy2d(r, y.at(p, 0), None, b, b)
+        _mm(r, y, tk, big.at(0, p), p + b, b, b, alpha=1.0, beta=0.0)
 
 
 def form_q(r: Rec, q: Mat, s: int, c: int, nq: int, vs: Mat, tbuf, work) -> None:
     """Q = H_1 ... H_c applied to the identity's first ``nq`` columns (backward over the blocks), into ``q``."""
+    _check(r, c, max(c, nq), tbuf, work)
     copy2d(r, q, None, s, nq)
-    for j0 in reversed(range(0, c, BLOCK)):
-        b = min(BLOCK, c - j0)
-        apply_block(r, vs.at(j0, j0), _tmat(tbuf, c, j0), q.at(j0, j0), s - j0, nq - j0, b, False, work)
+    step = WIDE or BLOCK
+    for j0 in reversed(range(0, c, step)):
+        b = min(step, c - j0)
+        t = _tbig(tbuf, c, j0) if WIDE else _tmat(tbuf, c, j0)
+        apply_block(r, vs.at(j0, j0), t, q.at(j0, j0), s - j0, nq - j0, b, False, work)
 
 
 def positive_r(r: Rec, q: Mat, a: Mat, s: int, c: int) -> None:
