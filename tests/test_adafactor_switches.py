@@ -83,3 +83,13 @@ def test_per_tensor_batched_loads_are_the_one_by_one_bits(name, device):
     for n, st in got[False][2].items():
         _same({k: np.asarray(v) for k, v in got[True][2][n].items() if k != "step"},
               {k: np.asarray(v) for k, v in st.items() if k != "step"}, True, f"{name} PTLOADS: state of {n}")
+
+
+def test_the_class_itself_runs_its_switches():
+    """rlx_gpu.Adafactor's own modules take its FINISH and RECIP, as a subclass's do (the base class once kept
+    FINISH 1 and RECIP 0 in its override constants while its attributes said 16 and True)."""
+    sub = type("Sub", (rlx_gpu.Adafactor,), {})
+    assert rlx_gpu.Adafactor.constants == sub.constants
+    assert rlx_gpu.Adafactor.constants["FL"] == rlx_gpu.Adafactor.FINISH
+    assert rlx_gpu.Adafactor.constants["RC"] == int(rlx_gpu.Adafactor.RECIP)
+    assert rlx_gpu.Adafactor.passes == sub.passes

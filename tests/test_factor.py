@@ -126,7 +126,7 @@ def householder_q(device, a):
 
 @pytest.fixture(params=[0, 128], ids=["wide0", "wide128"])
 def wide(request, monkeypatch):
-    """householder.WIDE off (the default) and on: the same tolerances either way."""
+    """householder.WIDE off and on (the default): the same tolerances either way."""
     monkeypatch.setattr(householder, "WIDE", request.param)
     return request.param
 
@@ -234,6 +234,7 @@ def test_float16_products(device, path):
 def test_householder_work_buffers_too_small(device, monkeypatch):
     """Buffers made for WIDE=0 used with WIDE=128 (the switch set after they were made): a clear error."""
     s = c = 70
+    monkeypatch.setattr(householder, "WIDE", 0)
     vs, tb, a = (device.buffer(4 * k, "hh") for k in (s * c, householder.t_floats(c), s * c))
     work = tuple(device.buffer(4 * householder.work_floats(s), "w") for _ in range(2))
     monkeypatch.setattr(householder, "WIDE", 128)

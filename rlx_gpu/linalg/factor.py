@@ -25,9 +25,10 @@ __all__ = ["Mat", "Rec", "BLOCK", "WIDE", "trsm_right", "trsm_left", "cholesky",
            "tri_gemm"]
 
 BLOCK = 32  # columns a block (factor.wgsl's BW)
-#: trsm_right's outer blocks (0: off, the default until the H200 decides; 128): the update of the columns after a
-#: block of WIDE once, K = WIDE, not WIDE / 32 times with K = 32. Other sums than without, so not the same bits.
-WIDE = 0
+#: trsm_right's outer blocks (0: off; 128, the default: Kron's solves 88.6 -> 72.5 ms on the H200, PERF_NOTES 67):
+#: the update of the columns after a block of WIDE once, K = WIDE, not WIDE / 32 times with K = 32. Other sums than
+#: without, so not the same bits.
+WIDE = 128
 TRI = Params("TriParams", "b", "nvec", "batch", "groups", "x_off", "x_bs", "x_sv", "x_sk", "t_off", "t_bs", "t_se",
              "t_sf", "p_off", "p_bs", "p_sv", "p_sk", "flags")
 CHOL = Params("CholParams", "n", "b", "j0", "ld", "a_off", "a_bs", "p_off", "p_bs", "groups", "batch")

@@ -50,7 +50,6 @@ class Adafactor(Optimizer):
     fields = ("decay", "w", "rho", "eps1", "eps2", "d", "sqrt_numel", "inv_cols", "rows:u32", "row_tiles:u32", "aux:u32",
               "cols:u32", "col_parts:u32", "batch:u32", "numel:u32")
     flags = ("factored", "decay", "recip")
-    constants = {"RT": RT, "RPW": RPW, "FL": 1, "RC": 0}
     # Switches (a subclass may turn them off; each keeps every bit): MERGE: RMS(p)'s per-block sums taken by
     # update_norm (which then reads p too), not by a stats pass of their own (the same sums in the same order);
     # ROWCOLS: the rows and cols passes (independent) in one dispatch. Both: six dependent passes, not eight.
@@ -58,12 +57,13 @@ class Adafactor(Optimizer):
     # the same order, so the same bits): 1 leaves a tall matrix's columns a chain of dependent loads (16: the H200's
     # choice, -9 to -11% a step in every precision, PERF_NOTES 63).
     # RECIP: direction() (update_norm's and apply's) finds an element's row by a float32 reciprocal with an exact
-    # correction, and skips the batch division of a single matrix: the same row, so the same bits (off until the
-    # H200 measures it).
+    # correction, and skips the batch division of a single matrix: the same row, so the same bits (on: the H200's
+    # choice, -3 to -7% a step in every precision, PERF_NOTES 66).
     MERGE = True
     ROWCOLS = True
     FINISH = 16
-    RECIP = False
+    RECIP = True
+    constants = {"RT": RT, "RPW": RPW, "FL": FINISH, "RC": int(RECIP)}  # (a subclass's: __init_subclass__)
     passes = (Pass("rowcols", kind="custom"), Pass("finish", kind="custom"), Pass("mean", kind="custom"),
               Pass("update_norm", fn="update_norm", param="r", reduce="xy"),
               Pass("ratio", kind="per_tensor", fn="ratio"),
