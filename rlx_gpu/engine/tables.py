@@ -128,11 +128,14 @@ class TableMixin:
         """A table from the live host state (which must be exact: every earlier outcome known)."""
         base = HostState(self._steps.copy(), {k: v.copy() for k, v in self._scalars.items()},
                          list(self._materialized), self._last_skipped)
-        need = self._need(key, active)
-        for s in sorted(set().union(*set(need))):
-            self._ensure(s)
-        fresh0 = [NONE if nd <= m else nd - m for nd, m in zip(need, base.materialized)]
-        mat1 = [m if nd <= m else m | nd for nd, m in zip(need, base.materialized)]
+        need, tb = self._need(key, active), self._rtable
+        if tb is not None and need is tb.need and base.materialized == tb.mat1:  # (a run's next table: its buffers
+            fresh0, mat1 = [NONE] * len(need), tb.mat1                          #  exist, none is fresh)
+        else:
+            for s in sorted(set().union(*set(need))):
+                self._ensure(s)
+            fresh0 = [NONE if nd <= m else nd - m for nd, m in zip(need, base.materialized)]
+            mat1 = [m if nd <= m else m | nd for nd, m in zip(need, base.materialized)]
         width = 4 * self.record.size * (len(self._names) + 1)
         rows = max(1, min(rows, MAX_TABLE_BYTES // width))
         steps = np.minimum(base.steps[None, :] + np.arange(rows + 1)[:, None] * active, MAX_STEP)
