@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 
@@ -30,17 +31,18 @@ from rlx_gpu.tools.bench.timing import Timer, copy_bandwidth, median, steps_for
 
 
 def variant_switches(name: str) -> dict:
-    """The class attributes of one ``--variants`` name (``default``: none; ``finish<F>``; ``+recip``, ``+ptloads``
-    and their sums)."""
+    """The class attributes of one ``--variants`` name (``default``: none; ``finish<F>``; ``+recip`` / ``-recip``,
+    ``+ptloads`` / ``-ptloads`` (on / off) and their sums, e.g. ``-recip-ptloads``)."""
     if name == "default":
         return {}
     if name.startswith("finish"):
         return {"FINISH": int(name[6:])}
     known = {"recip": "RECIP", "ptloads": "PTLOADS"}
-    parts = name.split("+")
-    if parts[0] or not all(x in known for x in parts[1:]):
-        raise ValueError(f"--variants: unknown variant {name!r}; expected default, finish<F> or +{'/+'.join(known)}")
-    return {known[x]: True for x in parts[1:]}
+    parts = re.findall(r"([+-])([a-z]+)", name)
+    if not parts or "".join(a + b for a, b in parts) != name or not all(b in known for _, b in parts):
+        raise ValueError(f"--variants: unknown variant {name!r}; expected default, finish<F> or sums of "
+                         f"+/-{', +/-'.join(known)}")
+    return {known[b]: a == "+" for a, b in parts}
 
 
 def prefix_class(k: int, finish: int = rlx_gpu.Adafactor.FINISH, **switches) -> type:

@@ -69,11 +69,11 @@ def variants(opt: str, precision: str) -> list:
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
                                                                                           else [])
     if opt in REDUCING:
-        out += ["-subgroups", "+ptloads"]
+        out += ["-subgroups", "+ptloads", "-ptloads"]
     if opt == "lamb" and precision == "f16":  # (round_state by the hardware's float16 conversion)
-        out += ["+f16round"]
+        out += ["+f16round", "-f16round"]
     if opt == "adafactor":  # (WIDE: on in bfloat16, off in float16 by default: timed against the other way)
-        out += ["-merge", "-rowcols", "finish1", "finish8", "+recip"]
+        out += ["-merge", "-rowcols", "finish1", "finish8", "+recip", "-recip"]
         out += ["+wide"] if precision == "f16" else ["-wide"] if low else []
     return list(dict.fromkeys(out))
 
@@ -200,9 +200,9 @@ def groups(args) -> list:
     return [x for x in g if (only is None or x[0] in only) and (prec is None or x[1] in prec)]
 
 
-COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "+f16round", "-merge", "-rowcols",
-           "finish1", "finish8", "+recip", "+ptloads", "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4",
-           "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
+COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "+f16round", "-f16round", "-merge",
+           "-rowcols", "finish1", "finish8", "+recip", "-recip", "+ptloads", "-ptloads", "+qdirect", "ept4", "-qclosed",
+           "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:

@@ -62,6 +62,7 @@ def test_variants_are_the_switches_named(tmp_path):
     mod = _script()
     assert mod.variant_switches("default") == {} and mod.variant_switches("finish8") == {"FINISH": 8}
     assert mod.variant_switches("+recip+ptloads") == {"RECIP": True, "PTLOADS": True}
+    assert mod.variant_switches("-recip+ptloads") == {"RECIP": False, "PTLOADS": True}
     cls = mod.prefix_class(2, **mod.variant_switches("+recip"))
     assert cls.RECIP and cls.constants["RC"] == 1 and len(cls.passes) == 2
     with pytest.raises(ValueError, match="unknown variant 'recip'"):
