@@ -88,6 +88,8 @@ def _change(o, s: int) -> None:
         o.set_lr(3e-3)
     elif s == 41:
         g["weight_decay"] = 0.1
+    elif s == 60:
+        g["amsgrad"] = True  # (a state buffer the run did not need: made between quick steps)
     elif s == 77:
         g["betas"] = (0.8, 0.99)
     elif s == 120:
@@ -101,7 +103,7 @@ def _change(o, s: int) -> None:
 @pytest.mark.parametrize("kw", [{}, {"skip_nonfinite": True}, {"clip_grad_norm": 1.0, "skip_nonfinite": True}],
                          ids=str)
 def test_changes_between_quick_steps_are_honoured(kw, device):
-    """200 steps from the device grad slots with lr, weight decay, betas, the clip value and lr scales changed
+    """200 steps from the device grad slots with lr, weight decay, amsgrad, betas, the clip value and lr scales changed
     between them, and a state dict loaded: the quick path ends bit for bit where the general path ends, and each
     is the twin's run."""
     params = make_params(SIZES, seed=37)

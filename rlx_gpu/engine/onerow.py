@@ -56,8 +56,8 @@ def one_row(opt, active, steps, fresh0, mat, device_scale) -> np.ndarray | None:
 def _template(opt, active, mat, device_scale):
     """(the row's words without any group's record, the optimizer's field names, per group its first tensor and its
     tensors), or None where a group's tensors have lr scales that differ (more than one class)."""
-    key = (active.tobytes(), tuple(mat), bool(device_scale), opt._grad_mul, opt.clip_grad_norm, opt._scale.tobytes(),
-           id(opt._group_members))
+    key = (active.tobytes(), tuple(mat), bool(device_scale), repr(opt._grad_mul), repr(opt.clip_grad_norm),
+           opt._scale.tobytes(), id(opt._group_members))  # (repr: -0.0 is not 0.0)
     cache = opt.__dict__.setdefault("_row_templates", {})
     if key in cache:
         return cache[key]

@@ -2,10 +2,11 @@
 program (pipeline, bind group, grid), its records a row of the record table already made.
 
 ``step()`` with no arguments takes this path when nothing else is needed: every tensor active, no loss scale, no
-torch tensors, the hyperparameters and host state as the record table expects, and an optimizer whose step is the
-engine's own (no ``_encode``/``_begin_checks``/``_after_submit`` of its own). It makes the same native calls in
-the same order as the general path (:mod:`.steps`), which it leaves to every other step: the first steps, a
-changed hyperparameter, a checked run whose record table runs out of rows. PERF_NOTES.md 49.
+torch tensors, the host state as the record table expects (or, unchecked, changed hyperparameters: validated and
+their table made here, PERF_NOTES.md 68), and an optimizer whose step is the engine's own (no
+``_encode``/``_begin_checks``/``_after_submit`` of its own). It makes the same native calls in the same order as
+the general path (:mod:`.steps`), which it leaves to every other step: the first steps, a checked step after a
+change, a checked run whose record table runs out of rows. PERF_NOTES.md 49.
 """
 from __future__ import annotations
 

@@ -196,7 +196,7 @@ class TableMixin:
     def _global_words(self, device_scale) -> np.ndarray:
         """The global record of a table's rows (cached: it depends on the grads' multiplier, the clip and whether a
         device loss scale sets the multiplier and the inverse scale)."""
-        key = (self._grad_mul, self.clip_grad_norm, bool(device_scale))
+        key = (repr(self._grad_mul), repr(self.clip_grad_norm), bool(device_scale))  # (repr: -0.0 is not 0.0)
         words = self._globals.get(key)
         if words is None:
             if len(self._globals) > 16:
