@@ -1,6 +1,5 @@
 """benchmarks/adafactor_passes.py: its prefix classes run the first k of Adafactor's passes (the whole list gives
 Adafactor's own bits, fewer give other results), and the script runs at a tiny size with every pass in its JSON."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,16 +9,14 @@ import numpy as np
 import pytest
 
 import rlx_gpu
+from helpers import load_script
 
 pytestmark = pytest.mark.gpu
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "adafactor_passes.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("adafactor_passes", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT, "adafactor_passes")
 
 
 def test_prefixes_run_the_first_passes(device):

@@ -1,6 +1,5 @@
 """benchmarks/host_bench.py (issue 25's host-path figures) runs at a tiny size with every figure in its JSON, and its
 floor replays a step's own native calls: the same GPU work, none of our Python."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 
 import rlx_gpu
+from helpers import load_script
 
 pytestmark = pytest.mark.gpu
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "host_bench.py"
@@ -31,9 +31,7 @@ def test_tiny_run_has_every_figure(tmp_path):
 
 @pytest.mark.parametrize("kw", [{}, {"clip_grad_norm": 1.0, "skip_nonfinite": True}], ids=str)
 def test_floor_replays_the_steps_calls(kw, device):
-    spec = importlib.util.spec_from_file_location("host_bench", SCRIPT)
-    hb = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hb)
+    hb = load_script(SCRIPT, "host_bench")
     opt = rlx_gpu.AdamW({"w": np.ones(100, np.float32)}, device=device, **kw)
     opt.grads["w"].write(np.ones(100, np.float32))
     opt.step()

@@ -1,7 +1,6 @@
 """benchmarks/qat_bench.py --diagnose (issue 28's follow-up): every timing-only rewrite of benchmarks/qatdiag.py
 applies to today's generated WGSL, compiles and runs at a tiny size, and a rewrite that no longer matches raises
 (a diagnostic that rewrote nothing would time the default under another name)."""
-import importlib.util
 import json
 import math
 import subprocess
@@ -10,16 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from helpers import load_script
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _qatdiag():
     sys.path.insert(0, str(BENCH))
     try:
-        spec = importlib.util.spec_from_file_location("qatdiag", BENCH / "qatdiag.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
+        return load_script(BENCH / "qatdiag.py", "qatdiag")
     finally:
         sys.path.remove(str(BENCH))
 

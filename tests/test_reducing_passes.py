@@ -2,7 +2,6 @@
 gives the class's own bits, all but the last leaves the params as they were), its per-pass bytes add up to
 ``min_bytes`` (with LAMB's clip read), and the script runs at a tiny size with every pass (and LAMB's clip) in its
 JSON."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 import rlx_gpu
+from helpers import load_script
 from rlx_gpu.tools.bench.shapes import ITEMSIZE, PRECISIONS, gpt2_shapes, min_bytes
 
 pytestmark = pytest.mark.gpu
@@ -19,10 +19,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reducing_passes.p
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("reducing_passes", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT, "reducing_passes")
 
 
 @pytest.mark.parametrize("name", ["LAMB", "Mars"])

@@ -46,8 +46,7 @@ def one_row(opt, active, steps, fresh0, mat, device_scale) -> np.ndarray | None:
         if not fields.issuperset(c):
             return None
         flags = rec.flags(1, dict(f, maximize=bool(g.get("maximize", False))))
-        recs[sel] |= rec.pack(1, {a: v.reshape(-1) if type(v) is np.ndarray and v.ndim > 1 else v
-                                  for a, v in c.items()}, flags, {})[0]
+        recs[sel] |= rec.pack(1, c, flags, {})[0]
     if opt._sr.any():
         recs[:, rec.tensor.offset["rkey"]] = step_keys(opt.precision["rounding_seed"], steps, opt._name_hash)[0]
     return out[None]

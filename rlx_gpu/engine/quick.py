@@ -70,9 +70,8 @@ class QuickMixin:
 
     def _quick_key(self) -> tuple:
         """The record-table key of a step from the device grad slots (every tensor active, no loss scale, the
-        grads' multiplier 1): what ``_table_key`` gives for it."""
-        return (self._groups_version, self._scale_version, self.clip_grad_norm, 1.0, False,
-                self.precision["rounding_seed"], None)
+        grads' multiplier 1)."""
+        return self._table_key(self._all_active, False, 1.0)
 
     def _replay(self, dispatches, words, j):
         """One submission of ``dispatches`` (the records ``words`` written first, unless None); a checked step

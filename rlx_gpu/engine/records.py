@@ -90,6 +90,8 @@ class Record:
         out = np.zeros((n, self.size), np.uint32)
         f32 = out.view(np.float32)
         for name, v in columns.items():
+            if type(v) is not float and np.ndim(v) > 1:  # (fill's columns over a rows x tensors grid)
+                v = np.asarray(v).reshape(-1)
             kind = self.tensor.kind.get(name)
             if kind is None:
                 raise KeyError(f"record has no field {name!r}; fields: {self.fields}")

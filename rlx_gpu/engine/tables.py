@@ -105,10 +105,12 @@ class TableMixin:
     def _set_live(self, s: HostState) -> None:
         self._steps, self._scalars, self._materialized, self._last_skipped = s
 
-    def _table_key(self, active, device_scale: bool) -> tuple:
-        act = None if active.all() else active.tobytes()
-        return (self._groups_version, self._scale_version, self.clip_grad_norm, self._grad_mul, device_scale,
-                self.precision["rounding_seed"], act)
+    def _table_key(self, active, device_scale: bool, grad_mul: float | None = None) -> tuple:
+        """What a table's records depend on besides the host state (``grad_mul``: the grads' multiplier of the
+        step, default the one set for it)."""
+        act = None if active is self._all_active or active.all() else active.tobytes()
+        return (self._groups_version, self._scale_version, self.clip_grad_norm,
+                self._grad_mul if grad_mul is None else grad_mul, device_scale, self.precision["rounding_seed"], act)
 
     def _need(self, key: tuple, active) -> tuple:
         """Per tensor, the state buffers a step of this key needs (none for a tensor without a grad)."""
@@ -228,8 +230,7 @@ class TableMixin:
         fr = [fresh0[t] for t in reps] + [NONE] * (k * (R - 1))
         c, f = self.fill(scaled(g, self._scale[rs], self.spec.lr_keys), t_all[:, reps].reshape(-1), fr, rs)
         flags = self.record.flags(R * k, dict(f, maximize=bool(g.get("maximize", False))))
-        return self.record.pack(R * k, {a: v.reshape(-1) if type(v) is np.ndarray and v.ndim > 1 else v
-                                        for a, v in c.items()}, flags, {}).reshape(R, k, -1), inv
+        return self.record.pack(R * k, c, flags, {}).reshape(R, k, -1), inv
 
     @staticmethod
     def _rows_after(tb, key: tuple, rows: int) -> int:
