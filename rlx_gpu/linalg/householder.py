@@ -14,8 +14,8 @@ T factors), ``work`` two buffers of ``batch * 32 * max(c, nq)`` floats; with :da
 
 :data:`WIDE` (0: off; 128, the default: SOAP's refresh 1.47 -> 1.25 s on the H200, PERF_NOTES 67): the reflectors
 applied outside a panel's own block in blocks of WIDE columns (the 32-wide panels and their updates inside a block
-as before, then the block's T composed, T = [[T1, -T1 V1^T V2 T2], [0, T2]], by small GEMMs), so the trailing updates and the forming of Q are a
-quarter as many GEMMs with full 128-row tiles. The same reflectors, other rounding (not the same bits).
+as before, then the block's T composed, T = [[T1, -T1 V1^T V2 T2], [0, T2]], by small GEMMs), so the trailing
+updates and the forming of Q are a quarter as many GEMMs with full 128-row tiles. The same reflectors, other rounding (not the same bits).
 """
 from __future__ import annotations
 
