@@ -4,7 +4,9 @@
 //   jacobi_round  one round of the round-robin ordering (each index in one pair, mp / 2 pairs, mp = m rounded up to
 //                 even; index mp - 1 fixed, the others turning): rows p, q of F made orthogonal by a rotation, which
 //                 rows p, q of U get too; skipped where |f_p . f_q| <= tol |f_p| |f_q| and, after the first sweep,
-//                 for a matrix whose previous sweep rotated nothing. The round number comes from the device (two
+//                 for a matrix whose previous sweep rotated nothing (counted: with stop > 0, the rotations whose
+//                 |f_p . f_q| was above stop ||F||_F^2; stop = 0 counts every one).
+//   jacobi_trace  ||F||_F^2 of each matrix (one workgroup a matrix), its bits into cnt after the sweeps' counts The round number comes from the device (two
 //                 counters, read one, written the other by workgroup 0), so every round is the same two dispatches.
 //   col_dots      est[j] = sum_r A[r][j] B[r][j] (strided: rows of a matrix as columns)
 //   rank_order    order[rank_j] = j, rank_j = #{k: est_k > est_j, or est_k == est_j and k < j} (descending, stable)
@@ -30,6 +32,20 @@ fn jacobi_reset(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
                 @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
     if (i < 2u + jp.batch * jp.sweeps) { atomicStore(&cnt[jp.cnt_off + i], 0u); }
+}
+
+@compute @workgroup_size(256)
+fn jacobi_trace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let z = wid.x + wid.y * nwg.x;
+    let live = z < jp.batch;
+    let f0 = jp.f_off + select(0u, z, live) * jp.f_bs;
+    var s = 0.0;
+    if (live) {
+        for (var i = lid; i < jp.m * jp.m; i += 256u) { let x = F[f0 + (i / jp.m) * jp.ldf + i % jp.m]; s += x * x; }
+    }
+    let t = wg_sum(lid, s);
+    if (live && lid == 0u) { atomicStore(&cnt[jp.cnt_off + 2u + jp.batch * jp.sweeps + z], bitcast<u32>(t)); }
 }
 
 var<workgroup> ra: array<f32, 64>;
@@ -76,7 +92,11 @@ fn jacobi_round(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
             let x = U[up + i]; let y = U[uq + i];
             U[up + i] = cs * x - sn * y; U[uq + i] = sn * x + cs * y;
         }
-        if (lid == 0u) { atomicAdd(&cnt[jp.cnt_off + 2u + z * jp.sweeps + sweep], 1u); }
+        var bound = 0.0;  // (stop 0: every rotation counts, |cc| > tol |f_p| |f_q| >= 0)
+        if (jp.stop > 0.0) { bound = jp.stop * bitcast<f32>(atomicLoad(&cnt[jp.cnt_off + 2u + jp.batch * jp.sweeps + z])); }
+        if (lid == 0u && abs(cc) > bound) {
+            atomicAdd(&cnt[jp.cnt_off + 2u + z * jp.sweeps + sweep], 1u);
+        }
     }
     if (w == 0u && lid == 0u) { atomicStore(&cnt[jp.cnt_off + 1u - jp.parity], round + 1u); }
 }

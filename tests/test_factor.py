@@ -106,18 +106,19 @@ def test_products_with_a_triangle(device, s):
         assert rel(down(device, cb, (B, M, N)), want) <= 3e-6, tri
 
 
-def householder_q(device, a):
+def householder_q(device, a, width=None):
+    """(``width``: the calls' own block width, default householder.WIDE's.)"""
     B, s, c = a.shape
     ab = up(device, a.astype(np.float32))
     junk = np.random.default_rng(1).standard_normal(B * s * c).astype(np.float32)  # (V's buffer not zeroed)
     vs = device.buffer(4 * B * s * c, "hh", data=junk)
-    tb, qb = (device.buffer(4 * B * k, "hh") for k in (householder.t_floats(c), s * s))
-    work = tuple(device.buffer(4 * B * householder.work_floats(s), "w") for _ in range(2))
+    tb, qb = (device.buffer(4 * B * k, "hh") for k in (householder.t_floats(c, width), s * s))
+    work = tuple(device.buffer(4 * B * householder.work_floats(s, width), "w") for _ in range(2))
 
     def run(r):
         A, Q = Mat(ab, 0, s * c, c), Mat(qb, 0, s * s, s)
-        householder.qr(r, A, s, c, Mat(vs, 0, s * c, c), tb, work)
-        householder.form_q(r, Q, s, c, s, Mat(vs, 0, s * c, c), tb, work)
+        householder.qr(r, A, s, c, Mat(vs, 0, s * c, c), tb, work, width)
+        householder.form_q(r, Q, s, c, s, Mat(vs, 0, s * c, c), tb, work, width)
         householder.positive_r(r, Q, A, s, c)
     record(device, B, run)
     r_ = np.triu(down(device, ab, (B, s, c))[:, :c, :])
@@ -162,6 +163,21 @@ def test_householder_where_cholesky_qr_fails(device, wide):
     assert not np.isfinite(chol).all() or np.abs(chol.T @ chol - np.eye(96)).max() > 1e-2
 
 
+def test_householder_width_per_call(device, monkeypatch):
+    """qr and form_q given their own width: wide=0 under WIDE=128 the bits of WIDE=0 (the old code, which
+    eigen.GRAD_WIDE = 0 relies on), wide=128 under WIDE=0 those of WIDE=128; the two widths' bits differ here."""
+    a = np.random.default_rng(9).standard_normal((2, 300, 160))
+    got = {}
+    for module, call in ((0, None), (128, 0), (128, None), (0, 128)):
+        monkeypatch.setattr(householder, "WIDE", module)
+        got[module, call] = householder_q(device, a, call)
+    for x, y in [*zip(got[0, None], got[128, 0]), *zip(got[128, None], got[0, 128])]:
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(got[0, None][0], got[128, None][0])
+    with pytest.raises(ValueError, match="multiple of 32"):
+        householder.t_floats(160, 48)
+
+
 def residual(g, q):
     lam = np.einsum("ij,ij->j", q, g @ q)
     return np.linalg.norm(g @ q - q * lam) / np.linalg.norm(g), lam
@@ -171,23 +187,59 @@ def residual(g, q):
 def test_gram_bases(device, shape, wide):
     """The eigenvectors of g g^T and g^T g by descending eigenvalue, for full-rank and rank-deficient g (two equal
     rows and a zero one in the second matrix): residual, orthonormality, order, eigenvalues."""
-    m, n = shape
+    check_gram_bases(device, *shape)
+
+
+@pytest.mark.parametrize("grad_wide,stop", [(0, 1e-7), (128, 1e-6), (0, 1e-5)], ids=["g0-s1e-7", "g128-s1e-6",
+                                                                                       "g0-s1e-5"])
+@pytest.mark.parametrize("shape", [(24, 8), (40, 33), (64, 300)])
+def test_gram_bases_with_the_first_step_switches(device, monkeypatch, shape, grad_wide, stop):
+    """eigen.GRAD_WIDE (the grad's QR's own width, WIDE 128 around it) and eigen.STOP (the Jacobi's end): the same
+    checks and tolerances."""
+    monkeypatch.setattr(eigen, "GRAD_WIDE", grad_wide)
+    monkeypatch.setattr(eigen, "STOP", stop)
+    check_gram_bases(device, *shape)
+
+
+def test_jacobi_stop_ends_sweeps_early(device, monkeypatch):
+    """eigen.STOP > 0: a matrix's sweeps end sooner (its last is the first whose count, in cnt, is zero: the rounds
+    after it skip the matrix), the bases within the same tolerances; a bad value is refused."""
+    B, m, n = 2, 64, 200
+
+    def sweeps(stop):
+        monkeypatch.setattr(eigen, "STOP", stop)
+        _, w = check_gram_bases(device, m, n, B=B, full_rank=True)
+        cnt = down(device, w["cnt"], (2 + B * (eigen.SWEEPS + 1),), np.uint32)[2:2 + B * eigen.SWEEPS]
+        per = cnt.reshape(B, eigen.SWEEPS)
+        return [1 + int(np.argmax(c == 0)) if (c == 0).any() else eigen.SWEEPS for c in per]
+    off, on = sweeps(0.0), sweeps(1e-6)
+    assert all(a < b for a, b in zip(on, off)), (on, off)
+    with pytest.raises(ValueError, match="stop must be"):
+        record(device, 1, lambda r: eigen.jacobi(r, Mat(device.buffer(64, "f"), 0, 16, 4), Mat(
+            device.buffer(64, "u"), 0, 16, 4), 4, device.buffer(4 * (3 + eigen.SWEEPS), "c"), stop=-1.0))
+
+
+def check_gram_bases(device, m, n, B=2, full_rank=False):
+    """test_gram_bases' checks for B (m, n) g (the second rank-deficient unless ``full_rank``); g and the work
+    buffers."""
     rng = np.random.default_rng(m * n)
-    g = rng.standard_normal((2, m, n)).astype(np.float32)
-    g[1, 1] = g[1, 0]
-    g[1, 2] = 0.0
-    gb, q0b, q1b = up(device, g), device.buffer(4 * 2 * m * m, "q0"), device.buffer(4 * 2 * n * n, "q1")
-    w = eigen.gram_work(device, 2, m, n, "test")
-    record(device, 2, lambda r: eigen.gram_bases(r, Mat(gb, 0, m * n, n), m, n, Mat(q0b, 0, m * m, m),
+    g = rng.standard_normal((B, m, n)).astype(np.float32)
+    if not full_rank:
+        g[1, 1] = g[1, 0]
+        g[1, 2] = 0.0
+    gb, q0b, q1b = up(device, g), device.buffer(4 * B * m * m, "q0"), device.buffer(4 * B * n * n, "q1")
+    w = eigen.gram_work(device, B, m, n, "test")
+    record(device, B, lambda r: eigen.gram_bases(r, Mat(gb, 0, m * n, n), m, n, Mat(q0b, 0, m * m, m),
                                                  Mat(q1b, 0, n * n, n), w))
-    for q, gram in ((down(device, q0b, (2, m, m)), g @ g.transpose(0, 2, 1)),
-                    (down(device, q1b, (2, n, n)), g.transpose(0, 2, 1) @ g)):
-        for z in range(2):
+    for q, gram in ((down(device, q0b, (B, m, m)), g @ g.transpose(0, 2, 1)),
+                    (down(device, q1b, (B, n, n)), g.transpose(0, 2, 1) @ g)):
+        for z in range(B):
             res, lam = residual(gram[z].astype(np.float64), q[z].astype(np.float64))
             assert res <= 1e-4, (z, res)
             assert np.abs(q[z].T @ q[z] - np.eye(len(q[z]))).max() <= 2e-6
             assert np.all(np.diff(lam) <= 1e-5 * lam[0])
             np.testing.assert_allclose(lam, np.linalg.eigvalsh(gram[z].astype(np.float64))[::-1], atol=2e-5 * lam[0])
+    return g, w
 
 
 def test_gram_bases_of_nonfinite_input_are_nan(device):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import rlx_gpu
-from rlx_gpu.linalg import householder
+from rlx_gpu.linalg import eigen, householder
 from rlx_gpu.reference import SOAP as Twin
 from helpers import partition_with_adamw, resumed, snapshot
 
@@ -185,8 +185,15 @@ def test_nonfinite_grads_without_the_check(device):
 # is float32 QR against float64 QR of the same float32 M).
 
 
-def test_first_step_bases_on_the_device(device):
-    p0 = params({**SQUARE, **WIDE}, 21)
+FIRST = {"old": (None, 0.0), "grad0-stop1e-7": (0, 1e-7), "grad0-stop1e-6": (0, 1e-6)}
+
+
+@pytest.mark.parametrize("first", list(FIRST))
+def test_first_step_bases_on_the_device(device, first, monkeypatch):
+    """(``first``: eigen.GRAD_WIDE and eigen.STOP, the first step's switches; the same tolerances.)"""
+    monkeypatch.setattr(eigen, "GRAD_WIDE", FIRST[first][0])
+    monkeypatch.setattr(eigen, "STOP", FIRST[first][1])
+    p0 = params({**SQUARE, **WIDE, "x": (40, 150)}, 21)
     gpu = rlx_gpu.SOAP(p0, device=device)
     rng = np.random.default_rng(22)
     g = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in p0.items()}
@@ -200,11 +207,14 @@ def test_first_step_bases_on_the_device(device):
             assert np.abs(q.T @ q - np.eye(len(q))).max() <= 2e-6 and np.all(np.diff(lam) <= 1e-5 * lam[0]), n
 
 
-@pytest.mark.parametrize("hh_wide", [0, 128], ids=["wide0", "wide128"])
-def test_device_decompositions_follow_the_host_path(device, hh_wide, monkeypatch):
+@pytest.mark.parametrize("hh_wide,first", [(0, "old"), (128, "old"), (128, "grad0-stop1e-6")],
+                         ids=["wide0", "wide128", "wide128-grad0-stop1e-6"])
+def test_device_decompositions_follow_the_host_path(device, hh_wide, first, monkeypatch):
     """(``hh_wide``: householder.WIDE, the QR's updates in blocks of 128; a side of 72 then has three panels
-    composed in one block, the same tolerances.)"""
+    composed in one block, the same tolerances; ``first``: the first step's switches, :data:`FIRST`.)"""
     monkeypatch.setattr(householder, "WIDE", hh_wide)
+    monkeypatch.setattr(eigen, "GRAD_WIDE", FIRST[first][0])
+    monkeypatch.setattr(eigen, "STOP", FIRST[first][1])
     p0 = params({**SQUARE, **WIDE, **({"x": (40, 72)} if hh_wide else {})}, 23)
     kw = dict(lr=1e-2, precondition_frequency=3)
     dev_, host = rlx_gpu.SOAP(p0, device=device, **kw), rlx_gpu.SOAP(p0, device=device, decompositions="host", **kw)

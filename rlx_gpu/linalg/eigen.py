@@ -11,6 +11,17 @@ Q [W, I] with W's columns F's rows normalised (then re-orthonormalised by a QR, 
 vectors for a zero singular value are arbitrary, still gives an orthonormal basis), all ordered by the singular
 values. No matrix is squared, so the bases are those of g's SVD to float32 rounding. A g holding inf or NaN gives
 NaN bases.
+
+Switches (read when the work buffers are made and when recording; issue 24, PERF_NOTES 71):
+:data:`GRAD_WIDE` (None, the default: :data:`.householder.WIDE`'s) the block width of the QR of h and the forming of
+its Q (0: the 32-wide panels' updates alone, the code of WIDE 0; the re-orthonormalising QRs and SOAP's refresh keep
+WIDE): bit for bit the path of that WIDE. :data:`STOP` (0.0, the default: off) ends a matrix's Jacobi after a sweep
+none of whose rotations had |f_p . f_q| above STOP ||F||_F^2 (F's Frobenius norm squared, the trace of g g^T, taken
+once before the sweeps: ``jacobi_trace``), an absolute measure of what a pair still adds to the residual
+||GQ - QL|| / ||G||, where a relative one (|cos|, TOL's) stays large for the tiny rows of a graded g; off: after a
+sweep that rotated nothing, which in float32 a matrix of hundreds of rows may never reach (the last sweeps rotate
+a few pairs at TOL, the rounding's level: 768 x 768 Gaussian, all 16 sweeps, the residual at its floor from the
+9th). Fewer sweeps, so other rounding.
 """
 from __future__ import annotations
 
@@ -22,15 +33,17 @@ from .householder import form_q, positive_r, qr
 from .record import _bind, _prm
 
 __all__ = ["gram_bases", "gram_work", "gram_dispatches", "qr_dispatches", "order_by", "gather_cols", "orthonormalize",
-           "JACOBI", "ORDER", "SWEEPS", "TOL"]
+           "JACOBI", "ORDER", "SWEEPS", "TOL", "GRAD_WIDE", "STOP"]
 
 JACOBI = Params("JacobiParams", "m", "mp", "pairs", "batch", "f_off", "f_bs", "ldf", "u_off", "u_bs", "ldu",
-                "cnt_off", "sweeps", "parity", "tol:f32")
+                "cnt_off", "sweeps", "parity", "tol:f32", "stop:f32")
 ORDER = Params("OrderParams", "rows", "cols", "batch", "s_off", "s_bs", "s_sr", "s_sk", "t_off", "t_bs", "d_off",
                "d_bs", "ldd", "o_off", "o_bs", "e_off", "e_bs", "nan")
 declare("basis.wgsl", JACOBI, ORDER)
 SWEEPS = 16   # Jacobi sweeps at most (a sweep that rotates nothing ends a matrix's early)
 TOL = 2e-7    # rows count as orthogonal when |f_p . f_q| <= TOL |f_p| |f_q|
+GRAD_WIDE: int | None = None  # the grad's QR's block width (None: householder.WIDE; the module docstring)
+STOP = 0.0    # a sweep whose rotations all had |f_p . f_q| <= STOP ||F||_F^2 ends a matrix's Jacobi (0: off)
 NAN = 0x7FC00000
 
 
@@ -46,15 +59,26 @@ def _order_words(r: Rec, rows=0, cols=0, **kw) -> dict:
     return {**base, **kw}
 
 
-def jacobi(r: Rec, f: Mat, u: Mat, m: int, cnt, sweeps: int = SWEEPS, tol: float = TOL) -> None:
+def jacobi(r: Rec, f: Mat, u: Mat, m: int, cnt, sweeps: int = SWEEPS, tol: float = TOL,
+           stop: float | None = None) -> None:
     """One-sided Jacobi on the rows of each (m, m) F, the rotations applied to U's rows too (``cnt``: a buffer of
-    ``2 + batch * sweeps`` u32). ``sweeps * (mp - 1)`` rounds of two dispatches each, whatever converges early."""
+    ``2 + batch * (sweeps + 1)`` u32). ``sweeps * (mp - 1)`` rounds of one dispatch each, whatever converges early
+    (a matrix's rounds after its last sweep read nothing): after a sweep that rotated nothing or, with ``stop``
+    (default :data:`STOP`) > 0, none of whose rotations had |f_p . f_q| above stop ||F||_F^2 (the norm taken first,
+    into ``cnt``)."""
     mp = m + (m % 2)
     if mp < 2:
         return
+    stop = STOP if stop is None else stop
+    if not stop >= 0.0:
+        raise ValueError(f"jacobi: stop must be a number >= 0, got {stop!r}")
     words = dict(m=m, mp=mp, pairs=mp // 2, batch=r.batch, f_off=f.off, f_bs=f.bs, ldf=f.ld, u_off=u.off, u_bs=u.bs,
-                 ldu=u.ld, cnt_off=0, sweeps=sweeps, parity=0, tol=tol)
+                 ldu=u.ld, cnt_off=0, sweeps=sweeps, parity=0, tol=tol, stop=stop)
+    if cnt.size < 4 * (2 + r.batch * (sweeps + 1)):
+        raise ValueError(f"jacobi: cnt holds {cnt.size} bytes, {4 * (2 + r.batch * (sweeps + 1))} needed")
     _k(r, "jacobi_reset", JACOBI, "jp", -(-(2 + r.batch * sweeps) // 256), words, cnt=cnt)
+    if stop > 0.0:
+        _k(r, "jacobi_trace", JACOBI, "jp", r.batch, words, F=f.buf, cnt=cnt)
     ks = shipped_kernel(r.dev, "basis.wgsl", "jacobi_round")
     groups = [_bind(ks, r.cache, {"F": f.buf, "U": u.buf, "cnt": cnt, "jp": _prm(
         r.dev, JACOBI.pack(**dict(words, parity=par)), "basis.jacobi", r.keep, r.cache)}) for par in (0, 1)]
@@ -98,23 +122,24 @@ def gram_work(dev, batch: int, m: int, n: int, label: str, **given) -> dict:
     to use instead, by name: h and vs of L S floats a matrix, qf of L^2, fs, us, ws of S^2)."""
     L, S = max(m, n), min(m, n)
     f = 4 * batch
-    sizes = dict(h=L * S, vs=L * S, qf=L * L, fs=S * S, us=S * S, ws=S * S, t=householder.t_floats(L),
-                 w1=householder.work_floats(L), w2=householder.work_floats(L), est=L, order=L)
+    t = max(householder.t_floats(L), householder.t_floats(S, GRAD_WIDE))  # (SOAP's refresh: QRs of L columns)
+    wk = max(householder.work_floats(L), householder.work_floats(L, GRAD_WIDE))
+    sizes = dict(h=L * S, vs=L * S, qf=L * L, fs=S * S, us=S * S, ws=S * S, t=t, w1=wk, w2=wk, est=L, order=L)
     out = {k: given.get(k) or dev.buffer(f * v, f"{label}.{k}") for k, v in sizes.items()}
-    out["cnt"] = dev.buffer(4 * (2 + batch * SWEEPS), f"{label}.cnt")
+    out["cnt"] = dev.buffer(4 * (2 + batch * (SWEEPS + 1)), f"{label}.cnt")
     out["flag"] = dev.buffer(f, f"{label}.flag")
     return out
 
 
-def qr_dispatches(s: int, c: int) -> int:
+def qr_dispatches(s: int, c: int, wide: int | None = None) -> int:
     """The most dispatches :func:`~.householder.qr` and :func:`~.householder.form_q` record for c columns."""
-    return householder.dispatches(c)
+    return householder.dispatches(c, wide)
 
 
 def gram_dispatches(m: int, n: int) -> int:
     """The most dispatches :func:`gram_bases` records."""
     L, S = max(m, n), min(m, n)
-    return 12 + qr_dispatches(L, S) + 2 * qr_dispatches(S, S) + SWEEPS * (S + S % 2) + 1
+    return 13 + qr_dispatches(L, S, GRAD_WIDE) + 2 * qr_dispatches(S, S) + SWEEPS * (S + S % 2) + 1
 
 
 def gram_bases(r: Rec, g: Mat, m: int, n: int, q0: Mat, q1: Mat, w: dict) -> None:
@@ -130,8 +155,8 @@ def gram_bases(r: Rec, g: Mat, m: int, n: int, q0: Mat, q1: Mat, w: dict) -> Non
     _k(r, "flag_reset", ORDER, "op", -(-r.batch // 256), flags, order=w["flag"])
     _k(r, "nonfinite", ORDER, "op", -(-m * n * r.batch // 256), flags, A=g.buf, order=w["flag"])
     copy2d(r, h, g, L, S, transpose=wide)
-    qr(r, h, L, S, vs, w["t"], work)
-    form_q(r, qf, L, S, L, vs, w["t"], work)
+    qr(r, h, L, S, vs, w["t"], work, GRAD_WIDE)
+    form_q(r, qf, L, S, L, vs, w["t"], work, GRAD_WIDE)
     copy2d(r, fs, h, S, S, transpose=True, lower=True)   # F = R^T
     copy2d(r, us, None, S, S)
     jacobi(r, fs, us, S, w["cnt"])
