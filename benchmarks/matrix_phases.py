@@ -25,9 +25,14 @@ first steps by the wall clock of one step (queue drained before and after). Rows
 Each value of ``--wide`` runs in a child process of its own with a time limit: it sets householder.WIDE (SOAP's QR;
 0 is today's, 128 the blocked one) and factor.WIDE (Kron's triangular solves; the same), which the other optimizer
 does not use, so SOAP's rows measure the one and Kron's the other (a crash, hang or compile error loses that child's remaining rows, printed as an error);
-the table has a column per value.
+the table has a column per value. A value may carry SOAP's first step's switches (PERF_NOTES 71): ``W:gG`` sets
+eigen.GRAD_WIDE = G (the grad's QR's own width), ``W:sX`` eigen.STOP = X (the Jacobi's end), ``W:nN`` eigen.SWEEPS
+= N (the Jacobi's sweeps at most), e.g. ``128:g0:s1e-7``;
+``--first-only`` keeps SOAP's first-step rows alone, ``--rounds`` runs the list that many times in turn (each row
+the least of its rounds; the JSON has them all).
 
     source .gl/gpu_env.sh && python3 benchmarks/matrix_phases.py --wide 0,128 --total 170   # the H200
+    python3 benchmarks/matrix_phases.py --only soap --first-only --wide 128,128:g0,128:g0:s1e-7 --rounds 2
     python benchmarks/matrix_phases.py --div 32 --matrices 4 --steps 1                       # a smoke run here
 """
 import argparse
@@ -142,8 +147,8 @@ def first_step_ms(dev, make, ctx=None) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def soap_rows(dev, timer, make, steps: int, emit) -> None:
-    """SOAP's rows (the module's list), each emitted as it is measured."""
+def soap_rows(dev, timer, make, steps: int, emit, first_only: bool = False) -> None:
+    """SOAP's rows (the module's list), each emitted as it is measured (``first_only``: the first step's)."""
     cold = first_step_ms(dev, make)
     first = first_step_ms(dev, make)
     emit("soap", "first_cold", cold)
@@ -153,6 +158,8 @@ def soap_rows(dev, timer, make, steps: int, emit) -> None:
     for n, v in parts.items():
         emit("soap", f"first.{n}", v)
     emit("soap", "first.rest", first - sum(parts.values()))
+    if first_only:
+        return
     opt = make()
     opt.step()
 
@@ -187,14 +194,31 @@ def kron_rows(dev, timer, make, steps: int, emit) -> None:
     emit("kron", "rest", full - sum(parts.values()))
 
 
+def parse_variant(text: str) -> dict:
+    """A --wide value, ``W[:gG][:sX][:nN]``: {"wide": W, "grad_wide": G or None, "stop": X or 0.0, "sweeps": N or
+    None (eigen's)}."""
+    head, *rest = text.split(":")
+    out = dict(wide=int(head), grad_wide=None, stop=0.0, sweeps=None)
+    for part in rest:
+        key = {"g": "grad_wide", "s": "stop", "n": "sweeps"}.get(part[:1])
+        if key is None or not part[1:]:
+            raise ValueError(f"matrix_phases: {text!r}: after the width, gG (eigen.GRAD_WIDE), sX (eigen.STOP) or "
+                             f"nN (eigen.SWEEPS)")
+        out[key] = (float if key == "stop" else int)(part[1:])
+    return out
+
+
 def child(args) -> None:
     """One --wide value: the rows as JSON lines on stdout."""
     import torch  # noqa: F401  (before the device, as everywhere)
     import rlx_gpu
-    from rlx_gpu.linalg import factor, householder
+    from rlx_gpu.linalg import eigen, factor, householder
     from rlx_gpu.tools.bench.guarded import with_grads
     from rlx_gpu.tools.bench.timing import Timer
-    householder.WIDE = factor.WIDE = args.child
+    v = parse_variant(args.child)
+    householder.WIDE = factor.WIDE = v["wide"]
+    eigen.GRAD_WIDE, eigen.STOP = v["grad_wide"], v["stop"]
+    eigen.SWEEPS = v["sweeps"] or eigen.SWEEPS
     dev = rlx_gpu.get_device()
     timer = Timer(dev)
     params, grads = problem(args.div, args.matrices)
@@ -208,20 +232,28 @@ def child(args) -> None:
             make = functools.partial(lambda c, k: with_grads(c(params, device=dev, **k), grads), cls,
                                      dict(kw, matmul_dtype=dt))
             try:
-                (soap_rows if kind == "soap" else kron_rows)(dev, timer, make, args.steps, emit)
+                if kind == "soap":
+                    soap_rows(dev, timer, make, args.steps, emit, args.first_only)
+                else:
+                    kron_rows(dev, timer, make, args.steps, emit)
             except Exception as e:  # (a shader that does not compile: that kind's rows lost, the rest go on)
                 print(json.dumps({"kind": kind, "row": "error", "error": f"{type(e).__name__}: {e}"[:300],
                                   "dtype": dt}), flush=True)
 
 
 def run_children(args):
-    """Each --wide value in a child with its share of --total; {(kind, dtype, row): {wide: ms}} and errors."""
+    """Each --wide value in a child with its share of --total, the list --rounds times; {(kind, dtype, row): {wide:
+    [ms, ...]}} and errors."""
     rows, errors, end = {}, [], time.monotonic() + args.total
-    values = [int(w) for w in args.wide.split(",")]
-    for i, wide in enumerate(values):
-        limit = (end - time.monotonic()) / (len(values) - i)
-        cmd = [sys.executable, __file__, "--child", str(wide), "--div", str(args.div), "--matrices",
-               str(args.matrices), "--steps", str(args.steps), "--only", args.only, "--dtypes", args.dtypes]
+    values = args.wide.split(",")
+    for v in values:
+        parse_variant(v)  # (a bad value before any child runs)
+    todo = values * args.rounds
+    for i, wide in enumerate(todo):
+        limit = (end - time.monotonic()) / (len(todo) - i)
+        cmd = [sys.executable, __file__, "--child", wide, "--div", str(args.div), "--matrices",
+               str(args.matrices), "--steps", str(args.steps), "--only", args.only, "--dtypes", args.dtypes] + (
+                   ["--first-only"] if args.first_only else [])
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(limit, 1))
             out, why = p.stdout, None if p.returncode == 0 else f"exit status {p.returncode}: {p.stderr[-300:]}"
@@ -234,7 +266,7 @@ def run_children(args):
                 if r["row"] == "error":
                     errors.append(f"wide {wide} {r['dtype']} {r['kind']}: {r['error']}")
                 else:
-                    rows.setdefault((r["kind"], r["dtype"], r["row"]), {})[wide] = r["ms"]
+                    rows.setdefault((r["kind"], r["dtype"], r["row"]), {}).setdefault(wide, []).append(r["ms"])
         if why:
             errors.append(f"wide {wide}: {why}")
     return values, rows, errors
@@ -242,7 +274,10 @@ def run_children(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--wide", default="0,128", help="householder.WIDE values, a child process each")
+    ap.add_argument("--wide", default="0,128", help="householder.WIDE values (W[:gG][:sX]: eigen.GRAD_WIDE, "
+                    "eigen.STOP too), a child process each")
+    ap.add_argument("--first-only", action="store_true", help="SOAP's first-step rows only")
+    ap.add_argument("--rounds", type=int, default=1, help="the --wide list this many times, in turn")
     ap.add_argument("--div", type=int, default=1, help="the matrices' sides divided by this")
     ap.add_argument("--matrices", type=int, default=48, help="the first this many of the 48")
     ap.add_argument("--steps", type=int, default=3, help="steady steps timed per figure")
@@ -250,7 +285,7 @@ def main():
     ap.add_argument("--dtypes", default="float32", help="matmul_dtype values (float32, float16)")
     ap.add_argument("--total", type=float, default=170.0, help="seconds for all children together")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
         return child(args)
@@ -258,11 +293,13 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "matrix_phases.json").write_text(json.dumps(
-        {"wide": values, "rows": [dict(kind=k, dtype=d, row=r, ms=v) for (k, d, r), v in rows.items()],
-         "errors": errors, "args": vars(args)}, indent=1))
-    print(f"{'kind':5} {'dtype':8} {'row':18}" + "".join(f" {'wide ' + str(w):>11}" for w in values))
+        {"wide": values, "rows": [dict(kind=k, dtype=d, row=r, ms={w: min(x) for w, x in v.items()}, rounds=v)
+                                  for (k, d, r), v in rows.items()], "errors": errors, "args": vars(args)}, indent=1))
+    width = max(11, *(len(w) + 5 for w in values))
+    print(f"{'kind':5} {'dtype':8} {'row':18}" + "".join(f" {'wide ' + w:>{width}}" for w in values))
     for (k, d, r), v in rows.items():
-        print(f"{k:5} {d:8} {r:18}" + "".join(f" {v[w]:11.2f}" if w in v else f" {'-':>11}" for w in values))
+        print(f"{k:5} {d:8} {r:18}" + "".join(f" {min(v[w]):{width}.2f}" if w in v else f" {'-':>{width}}"
+                                              for w in values))
     for e in errors:
         print("error", e)
 

@@ -71,3 +71,26 @@ def test_script_runs_at_a_tiny_size(tmp_path):
     assert all(set(v) == {0, 128} and all(np.isfinite(list(v.values()))) for v in
                (dict(zip(map(int, r["ms"]), r["ms"].values())) for r in rep["rows"]))
     assert "soap  float32  refresh.panels" in p.stdout
+
+
+def test_first_step_variants_at_a_tiny_size(tmp_path):
+    """--first-only with values carrying the first step's switches (eigen.GRAD_WIDE, STOP, SWEEPS), twice in turn:
+    the first step's rows alone, a column per value, each row's two rounds kept; a bad value refused first."""
+    mod = _script()
+    assert mod.parse_variant("128:g0:s1e-7:n12") == dict(wide=128, grad_wide=0, stop=1e-7, sweeps=12)
+    assert mod.parse_variant("0") == dict(wide=0, grad_wide=None, stop=0.0, sweeps=None)
+    with pytest.raises(ValueError, match="after the width"):
+        mod.parse_variant("128:x3")
+    values = ["128", "128:g0:s1e-7:n12"]
+    p = subprocess.run([sys.executable, str(SCRIPT), "--div", "32", "--matrices", "4", "--only", "soap",
+                        "--first-only", "--rounds", "2", "--wide", ",".join(values), "--out", str(tmp_path),
+                        "--total", "600"], capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rep = json.loads((tmp_path / "matrix_phases.json").read_text())
+    assert rep["errors"] == [], rep["errors"]
+    assert {r["row"] for r in rep["rows"]} == {"first_cold", "first", "compile", "first.grad_qr", "first.jacobi",
+                                               "first.rest"}
+    for r in rep["rows"]:
+        assert set(r["ms"]) == set(values) and all(len(v) == 2 for v in r["rounds"].values())
+        assert all(r["ms"][w] == min(r["rounds"][w]) for w in values)
+    assert "wide 128:g0:s1e-7:n12" in p.stdout

@@ -40,7 +40,7 @@ JACOBI = Params("JacobiParams", "m", "mp", "pairs", "batch", "f_off", "f_bs", "l
 ORDER = Params("OrderParams", "rows", "cols", "batch", "s_off", "s_bs", "s_sr", "s_sk", "t_off", "t_bs", "d_off",
                "d_bs", "ldd", "o_off", "o_bs", "e_off", "e_bs", "nan")
 declare("basis.wgsl", JACOBI, ORDER)
-SWEEPS = 16   # Jacobi sweeps at most (a sweep that rotates nothing ends a matrix's early)
+SWEEPS = 16   # Jacobi sweeps at most (a sweep that rotates nothing ends a matrix's early; read when recording)
 TOL = 2e-7    # rows count as orthogonal when |f_p . f_q| <= TOL |f_p| |f_q|
 GRAD_WIDE: int | None = None  # the grad's QR's block width (None: householder.WIDE; the module docstring)
 STOP = 0.0    # a sweep whose rotations all had |f_p . f_q| <= STOP ||F||_F^2 ends a matrix's Jacobi (0: off)
@@ -59,17 +59,17 @@ def _order_words(r: Rec, rows=0, cols=0, **kw) -> dict:
     return {**base, **kw}
 
 
-def jacobi(r: Rec, f: Mat, u: Mat, m: int, cnt, sweeps: int = SWEEPS, tol: float = TOL,
+def jacobi(r: Rec, f: Mat, u: Mat, m: int, cnt, sweeps: int | None = None, tol: float = TOL,
            stop: float | None = None) -> None:
     """One-sided Jacobi on the rows of each (m, m) F, the rotations applied to U's rows too (``cnt``: a buffer of
-    ``2 + batch * (sweeps + 1)`` u32). ``sweeps * (mp - 1)`` rounds of one dispatch each, whatever converges early
+    ``2 + batch * (sweeps + 1)`` u32; ``sweeps`` default :data:`SWEEPS` as it is then). ``sweeps * (mp - 1)`` rounds of one dispatch each, whatever converges early
     (a matrix's rounds after its last sweep read nothing): after a sweep that rotated nothing or, with ``stop``
     (default :data:`STOP`) > 0, none of whose rotations had |f_p . f_q| above stop ||F||_F^2 (the norm taken first,
     into ``cnt``)."""
     mp = m + (m % 2)
     if mp < 2:
         return
-    stop = STOP if stop is None else stop
+    stop, sweeps = STOP if stop is None else stop, SWEEPS if sweeps is None else sweeps
     if not stop >= 0.0:
         raise ValueError(f"jacobi: stop must be a number >= 0, got {stop!r}")
     words = dict(m=m, mp=mp, pairs=mp // 2, batch=r.batch, f_off=f.off, f_bs=f.bs, ldf=f.ld, u_off=u.off, u_bs=u.bs,
