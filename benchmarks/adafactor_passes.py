@@ -9,7 +9,10 @@ timed in alternating rounds on GPT-2 124M; a pass's cost is its prefix's time mi
 (``--finish``: the prefixes of each ``Adafactor.FINISH`` given, all timed in the same alternating rounds; a row's
 name then ends in ``finish<F>``. ``--variants``: instead, the class's switches as named, all in the same rounds:
 ``default``, ``finish<F>``, ``+recip`` (Adafactor.RECIP: direction()'s row by a reciprocal), ``+ptloads``
-(Optimizer.PTLOADS: the ratio pass loads 8 partials at once), and sums of them such as ``+recip+ptloads``.)
+(Optimizer.PTLOADS: the ratio pass loads 8 partials at once), ``+cscale`` (Adafactor.CSCALE: direction()'s column
+factors divided by the row mean once, in the mean pass), sums of them such as ``+recip+ptloads``, and the
+timing-only knock-outs ``x-dir``, ``x-div``, ``x-loads``, ``x-red`` (KNOCKOUTS: parts of update_norm's and apply's
+per-element work left out, results wrong on purpose).)
 (``--budget-s``: the precisions not started by then are left out, named at the end.)
 
 (``--set gpt2:LAYERS,WIDTH``: GPT-2's shapes with fewer layers or a smaller width, for a CPU adapter.)
@@ -17,6 +20,7 @@ name then ends in ``finish<F>``. ``--variants``: instead, the class's switches a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -30,14 +34,25 @@ from rlx_gpu.tools.bench.shapes import OPTIMIZERS, PRECISIONS, gpt2_shapes, min_
 from rlx_gpu.tools.bench.timing import Timer, copy_bandwidth, median, steps_for
 
 
+# Timing-only knock-outs (results wrong on purpose; shaders/adafactor.wgsl's XK, or update_norm's reduction left
+# out): what direction()'s parts and update_norm's block sums cost in update_norm and apply.
+KNOCKOUTS = {"x-dir": {"XK": 1},  # direction() is g: no aux load, no division, no inverseSqrt
+             "x-div": {"XK": 2},  # no division by the row mean (nor its load)
+             "x-loads": {"XK": 3},  # no aux load (the row and column indices still found)
+             "x-red": {"XRED": True}}  # update_norm sums nothing (no block reduction; the ratio pass reads stale sums)
+
+
 def variant_switches(name: str) -> dict:
-    """The class attributes of one ``--variants`` name (``default``: none; ``finish<F>``; ``+recip`` / ``-recip``,
-    ``+ptloads`` / ``-ptloads`` (on / off) and their sums, e.g. ``-recip-ptloads``)."""
+    """The class attributes of one ``--variants`` name (``default``: none; ``finish<F>``; a knock-out of
+    ``KNOCKOUTS``; ``+recip`` / ``-recip``, ``+ptloads`` / ``-ptloads``, ``+cscale`` / ``-cscale`` (on / off) and
+    their sums, e.g. ``-recip-ptloads``)."""
     if name == "default":
         return {}
     if name.startswith("finish"):
         return {"FINISH": int(name[6:])}
-    known = {"recip": "RECIP", "ptloads": "PTLOADS"}
+    if name in KNOCKOUTS:
+        return dict(KNOCKOUTS[name])
+    known = {"recip": "RECIP", "ptloads": "PTLOADS", "cscale": "CSCALE"}
     parts = re.findall(r"([+-])([a-z]+)", name)
     if not parts or "".join(a + b for a, b in parts) != name or not all(b in known for _, b in parts):
         raise ValueError(f"--variants: unknown variant {name!r}; expected default, finish<F> or sums of "
@@ -45,12 +60,17 @@ def variant_switches(name: str) -> dict:
     return {known[b]: a == "+" for a, b in parts}
 
 
-def prefix_class(k: int, finish: int = rlx_gpu.Adafactor.FINISH, **switches) -> type:
+def prefix_class(k: int, finish: int = rlx_gpu.Adafactor.FINISH, XK: int = 0, XRED: bool = False,
+                 **switches) -> type:
     """Adafactor (with ``FINISH = finish`` and the class attributes ``switches``) running only the first ``k``
-    passes of its default pass list (timing only)."""
+    passes of its default pass list (timing only); ``XK``, ``XRED``: a knock-out of ``KNOCKOUTS``."""
     full = rlx_gpu.Adafactor.pass_list(rlx_gpu.Adafactor.MERGE, rlx_gpu.Adafactor.ROWCOLS)
-    return type("Adafactor", (rlx_gpu.Adafactor,),
-                {"FINISH": finish, **switches, "pass_list": staticmethod(lambda merge, rowcols: full[:k])})
+    if XRED:
+        full = tuple(dataclasses.replace(p, reduce="") if p.entry == "update_norm" else p for p in full)
+    body = {"FINISH": finish, **switches, "pass_list": staticmethod(lambda merge, rowcols: full[:k])}
+    if XK:
+        body["constants"] = {**rlx_gpu.Adafactor.constants, "XK": XK}
+    return type("Adafactor", (rlx_gpu.Adafactor,), body)
 
 
 def time_precision(dev, timer, precision: str, shapes, rounds: int, repeats: int, variants=("default",)) -> dict:

@@ -12,12 +12,13 @@
 //   finish      (custom)        per job: WG rows of R updated from RA (which it zeroes), their sum into RS; or WG
 //                               columns of C updated from the column partials (which it zeroes; FL of them loaded
 //                               at once)
-//   mean        (custom)        M = mean_m(R) from RS, per (tensor, batch)
+//   mean        (custom)        M = mean_m(R) from RS, per (tensor, batch); CSCALE: CN = C / max(M, eps1)
 //   update_norm (elementwise)   V updated (unfactored); per-block sums of p*p (MERGE) and u*u
 //   ratio       (per tensor)    scale = -alpha / max(1, RMS(u)/d)  (the tensor's tensor_scalar)
 //   apply       (elementwise)   p = p*(1 - lr*wd) + scale*u
-// `aux` holds, per factored tensor at word A: R [B*m], C [B*n], RA [B*m], M [B], RS [B*ceil(m/WG)] (their first
-// words: aux_c .. aux_rs); its column partials [B*nrt*n] at word CP; per unfactored tensor V [numel] at A. `tables`
+// `aux` holds, per factored tensor at word A: R [B*m], C [B*n], RA [B*m], M [B], RS [B*ceil(m/WG)], CN [B*n] (their
+// first words: aux_c .. aux_cn; CN = C / max(M, eps1), written by the mean pass with Adafactor.CSCALE only); its
+// column partials [B*nrt*n] at word CP; per unfactored tensor V [numel] at A. `tables`
 // (per chunk, whole vec4s an entry): AfRowsHead, AfFinishHead, then the AfSegment, AfColJob, AfJob and AfPair
 // tables they locate (structs and their readers tables_AfX(i) declared in rlx_gpu/optim/adafactor.py).
 // Record (rlx_gpu/optim/adafactor.py): decay, w, rho, eps1, eps2, d, sqrt_numel, inv_cols (f32); rows (m),
@@ -26,12 +27,17 @@ override RT: u32 = 128u;  // rows per column job
 override RPW: u32 = 8u;  // row segments per workgroup in the rows pass (WG / RPW threads each)
 override FL: u32 = 1u;  // column partials the finish pass loads at once (Adafactor.FINISH: 1, 8 or 16)
 override RC: u32 = 0u;  // 1: direction() finds rows by a float32 reciprocal, not a division (Adafactor.RECIP)
+override CS: u32 = 0u;  // 1: the mean pass writes CN = C / max(M, eps1); direction() takes R * CN (Adafactor.CSCALE)
+// Timing only (benchmarks/adafactor_passes.py's knock-outs; results wrong on purpose, nothing in the package sets it):
+// 1 direction() is g; 2 no division by the row mean (nor its load); 3 no aux loads (constants from the record)
+override XK: u32 = 0u;
 
 @group(0) @binding(N) var<storage, read_write> aux: array<f32>;
 @group(0) @binding(N) var<storage, read> tables: array<vec4<u32>>;
 
 // The update direction u at tensor elements e..e+3 (e a multiple of 4) with grads g (unfactored V updated).
 fn direction(r: Rec, e: u32, g: vec4<f32>) -> vec4<f32> {
+    if (XK == 1u) { return g; }
     let A = r.aux;
     var v: vec4<f32>;
     if (has(r, FACTORED)) {
@@ -41,11 +47,23 @@ fn direction(r: Rec, e: u32, g: vec4<f32>) -> vec4<f32> {
         var q = row_of(r, e);
         var c = e - q * n;
         var b = batch_of(r, q);
-        if ((n & 3u) == 0u) {  // rows of a multiple of 4: the vec4 lies in one row, its columns c..c+3
+        if (XK == 3u) {  // (timing only: the index arithmetic kept, no aux load)
+            v = vec4<f32>(r.w * f32(b + c + q)) / r.eps1;
+        } else if (CS == 1u && (n & 3u) == 0u) {  // CSCALE: CN holds C / max(M, eps1): v = R * CN
+            let rq = aux[A + q];
+            let cc = aux_cn(r) + b * n + c;
+            v = vec4<f32>(rq * aux[cc], rq * aux[cc + 1u], rq * aux[cc + 2u], rq * aux[cc + 3u]);
+        } else if (CS == 1u) {
+            for (var j = 0u; j < 4u; j++) {
+                v[j] = aux[A + q] * aux[aux_cn(r) + b * n + c];
+                c = c + 1u;
+                if (c == n) { c = 0u; q = q + 1u; b = batch_of(r, q); }
+            }
+        } else if ((n & 3u) == 0u) {  // rows of a multiple of 4: the vec4 lies in one row, its columns c..c+3
             let rq = aux[A + q];
             let cc = aux_c(r) + b * n + c;
-            let rm = nan_max(aux[aux_m(r) + b], r.eps1);
-            v = vec4<f32>(rq * aux[cc], rq * aux[cc + 1u], rq * aux[cc + 2u], rq * aux[cc + 3u]) / rm;
+            let rc = vec4<f32>(rq * aux[cc], rq * aux[cc + 1u], rq * aux[cc + 2u], rq * aux[cc + 3u]);
+            if (XK == 2u) { v = rc; } else { v = rc / nan_max(aux[aux_m(r) + b], r.eps1); }
         } else {  // the next lanes step c, wrapping into the next row
             for (var j = 0u; j < 4u; j++) {
                 let rm = nan_max(aux[aux_m(r) + b], r.eps1);
@@ -221,6 +239,7 @@ fn aux_c(r: Rec) -> u32 { return r.aux + r.batch * r.rows; }
 fn aux_ra(r: Rec) -> u32 { return aux_c(r) + r.batch * r.cols; }
 fn aux_m(r: Rec) -> u32 { return aux_ra(r) + r.batch * r.rows; }
 fn aux_rs(r: Rec) -> u32 { return aux_m(r) + r.batch; }
+fn aux_cn(r: Rec) -> u32 { return aux_rs(r) + r.batch * ((r.rows + WG - 1u) / WG); }
 
 // Column partials k..k+3 (of nrt, n words apart from word at; those past nrt read as the last one), and s plus
 // those below nrt one by one, in order (the column sums' order).
@@ -301,5 +320,11 @@ fn mean(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var k = lid; live && k < nrc; k = k + WG) { acc = acc + aux[aux_rs(r) + b * nrc + k]; }
     red[lid] = acc;
     reduce(lid);
-    if (lid == 0u && live) { aux[aux_m(r) + b] = red[0] / f32(r.rows); }
+    let M = red[0] / f32(r.rows);
+    if (lid == 0u && live) { aux[aux_m(r) + b] = M; }
+    if (CS == 1u && live) {  // CSCALE: batch b's columns divided by the row mean once, here, not per element
+        let rm = nan_max(M, r.eps1);
+        let n = r.cols;
+        for (var c = lid; c < n; c = c + WG) { aux[aux_cn(r) + b * n + c] = aux[aux_c(r) + b * n + c] / rm; }
+    }
 }

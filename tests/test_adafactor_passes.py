@@ -1,6 +1,7 @@
 """benchmarks/adafactor_passes.py: its prefix classes run the first k of Adafactor's passes (the whole list gives
 Adafactor's own bits, fewer give other results), and the script runs at a tiny size with every pass in its JSON."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,10 @@ import rlx_gpu
 from helpers import load_script
 
 pytestmark = pytest.mark.gpu
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "adafactor_passes.py"
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "adafactor_passes.py"
+# (the script run as a file imports rlx_gpu from sys.path: this checkout's, not an installed one's)
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 def _script():
@@ -44,7 +48,7 @@ def test_tiny_run_has_every_pass(tmp_path):
     out = tmp_path / "a.json"
     r = subprocess.run([sys.executable, str(SCRIPT), "--set", "gpt2:1,64", "--precisions", "fp32", "--rounds", "1",
                         "--repeats", "1", "--finish", "1,16", "--json", str(out)], capture_output=True, text=True,
-                       timeout=900)
+                       timeout=900, env=ENV)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(out.read_text())
     assert list(rep["rows"]) == ["fp32 finish1", "fp32 finish16"]  # (--finish: a row per Adafactor.FINISH)
@@ -60,16 +64,42 @@ def test_variants_are_the_switches_named(tmp_path):
     assert mod.variant_switches("default") == {} and mod.variant_switches("finish8") == {"FINISH": 8}
     assert mod.variant_switches("+recip+ptloads") == {"RECIP": True, "PTLOADS": True}
     assert mod.variant_switches("-recip+ptloads") == {"RECIP": False, "PTLOADS": True}
+    assert mod.variant_switches("+cscale+recip") == {"CSCALE": True, "RECIP": True}
+    assert mod.variant_switches("x-dir") == {"XK": 1} and mod.variant_switches("x-red") == {"XRED": True}
     cls = mod.prefix_class(2, **mod.variant_switches("+recip"))
     assert cls.RECIP and cls.constants["RC"] == 1 and len(cls.passes) == 2
     with pytest.raises(ValueError, match="unknown variant 'recip'"):
         mod.variant_switches("recip")
     out = tmp_path / "v.json"
     r = subprocess.run([sys.executable, str(SCRIPT), "--set", "gpt2:1,64", "--precisions", "fp32", "--rounds", "1",
-                        "--repeats", "1", "--variants", "default,+recip+ptloads", "--json", str(out)],
-                       capture_output=True, text=True, timeout=900)
+                        "--repeats", "1", "--variants", "default,+recip+ptloads,x-dir,+cscale", "--json", str(out)],
+                       capture_output=True, text=True, timeout=900, env=ENV)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert list(json.loads(out.read_text())["rows"]) == ["fp32 default", "fp32 +recip+ptloads"]
+    assert list(json.loads(out.read_text())["rows"]) == ["fp32 default", "fp32 +recip+ptloads", "fp32 x-dir",
+                                                         "fp32 +cscale"]
     bad = subprocess.run([sys.executable, str(SCRIPT), "--variants", "default,+nope"], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, env=ENV)
     assert bad.returncode == 2 and "unknown variant '+nope'" in bad.stderr
+
+
+def test_knockouts_change_what_they_name(device):
+    """The timing-only knock-outs: each full step gives other params than the default (they leave out work), x-red
+    only update_norm's sums (its pass reduces nothing, the others as they were); the default's knock-out constant
+    is 0 (shaders/adafactor.wgsl's XK), so no class of the package reaches them."""
+    mod = _script()
+    n = len(rlx_gpu.Adafactor.passes)
+    assert "XK" not in rlx_gpu.Adafactor.constants and "XK" not in mod.prefix_class(n).constants
+    red = mod.prefix_class(n, **mod.variant_switches("x-red"))
+    full = mod.prefix_class(n)
+    assert [p.reduce for p in red.passes] == ["" if p.entry == "update_norm" else p.reduce for p in full.passes]
+    rng = np.random.default_rng(1)
+    p0 = {"w": rng.standard_normal((24, 40)).astype(np.float32), "b": rng.standard_normal(40).astype(np.float32)}
+    g = {k: rng.standard_normal(v.shape).astype(np.float32) for k, v in p0.items()}
+
+    def step(cls):
+        opt = cls(p0, device=device)
+        opt.step(g)
+        return opt.read_params()["w"]
+    want = step(full)
+    for name in mod.KNOCKOUTS:
+        assert not np.array_equal(step(mod.prefix_class(n, **mod.variant_switches(name))), want), name

@@ -1,14 +1,18 @@
 """Adafactor.RECIP (direction()'s row by a float32 reciprocal with an exact correction, no batch division of a single
 matrix) and Optimizer.PTLOADS (a per-tensor pass's threads load 8 block partials before adding them, in the same
 order): each the default's arithmetic, so params and states bit for bit against the switch off over several steps
-(with a tensor absent on some steps), and RECIP against the NumPy twin (tests/helpers's bound)."""
+(with a tensor absent on some steps), and RECIP against the NumPy twin (tests/helpers's bound). Adafactor.CSCALE
+(v = R * (C / max(M, eps1)), the column factors divided once in the mean pass) rounds otherwise: against its own
+twin (AdafactorCScale) within the bound, and its divisions word for word."""
 import ml_dtypes
 import numpy as np
 import pytest
 
 import rlx_gpu
 from helpers import assert_same
+from cases import CASES
 from test_kernel_variants import _run, _same, _variant
+from test_parity import test_parity_many_tensors as _parity_run
 
 pytestmark = pytest.mark.gpu
 
@@ -93,3 +97,58 @@ def test_the_class_itself_runs_its_switches():
     assert rlx_gpu.Adafactor.constants["FL"] == rlx_gpu.Adafactor.FINISH
     assert rlx_gpu.Adafactor.constants["RC"] == int(rlx_gpu.Adafactor.RECIP)
     assert rlx_gpu.Adafactor.passes == sub.passes
+
+
+def test_adafactor_cscale_is_its_twins_step(device):
+    """CSCALE = True (the mean pass writes CN = C / max(M, eps1); direction() takes R * CN) against its spec, the
+    twin with the same rounding (rlx_gpu.reference.adafactor.AdafactorCScale), over three steps (every param and
+    state within the bound); the class without it keeps torch's rounding and its spec."""
+    cls = _variant("Adafactor", {"CSCALE": True})
+    assert cls.spec is rlx_gpu.reference.adafactor.AdafactorCScale and cls.constants["CS"] == 1
+    assert rlx_gpu.Adafactor.spec is rlx_gpu.reference.Adafactor and rlx_gpu.Adafactor.constants["CS"] == 0
+    assert _variant("Adafactor", {}).spec is rlx_gpu.reference.Adafactor
+    rng = np.random.default_rng(4)
+    params = {f"t{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(RECIP_SHAPES[:5])}
+    gpu, twin = cls(params, device=device), cls.spec(params)
+    for _ in range(3):
+        g = {n: rng.standard_normal(p.shape).astype(np.float32) for n, p in params.items()}
+        gpu.step(g)
+        twin.step(g)
+    assert_same(gpu, twin, "Adafactor CSCALE")
+
+
+def test_adafactor_cscale_factors_are_the_twins_division(device):
+    """The CN words the mean pass leaves in aux, per factored tensor and batch, against NumPy's float32 C / max(M,
+    eps1) of the same aux's C and M: bit for bit on a CPU adapter (IEEE division), elsewhere within 3 * 2^-23
+    relatively (at least 3 ulps; WGSL's division bound is 2.5). (A CN of the wrong batch, an unclamped mean or a missed column fails it.)"""
+    rng = np.random.default_rng(8)
+    shapes = [(50, 41), (3, 40, 164), (2, 300, 8), 77]  # (2, 300, 8): two row-sum blocks a batch (M from RS)
+    params = {f"t{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+    opt = _variant("Adafactor", {"CSCALE": True})(params, device=device, eps=(1e-2, 1e-3))
+    g = {n: (rng.standard_normal(p.shape) * (1e-2 if n in ("t0", "t2") else 1.0)).astype(np.float32)
+         for n, p in params.items()}  # (t0's and t2's means of g*g about 1e-4: below eps1)
+    opt.step(g)
+    aux = opt.device.read(opt._aux, 0, opt._aux.size, out=np.empty(opt._aux.size // 4, np.float32))
+    clamped = 0
+    for t in np.flatnonzero(opt._fact):
+        m, n, B, A = (int(opt._dims[k][t]) for k in ("m", "n", "B", "A"))
+        C = aux[A + B * m:A + B * m + B * n].reshape(B, n)
+        M = aux[A + 2 * B * m + B * n:A + 2 * B * m + B * n + B]
+        cn0 = A + 2 * B * m + B * n + B + B * -(-m // opt.WG)
+        got = aux[cn0:cn0 + B * n].reshape(B, n)
+        rm = np.maximum(M, np.float32(1e-2))[:, None]
+        clamped += int((M < 1e-2).sum())
+        want = C / rm
+        assert np.all(got != 0) and np.all(np.isfinite(got)), f"t{t}: CN not written"
+        if device.info["type"] == "CPU":
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=f"CN of t{t}")
+        else:
+            np.testing.assert_allclose(got, want, rtol=3 * 2.0 ** -23, atol=0, err_msg=f"CN of t{t}")
+    assert clamped > 0  # (the eps1 clamp exercised)
+
+
+@pytest.mark.parametrize("opts", [o for g, _, o in CASES if g is rlx_gpu.Adafactor], ids=lambda o: str(o) or "defaults")
+def test_adafactor_cscale_parity_many_tensors(opts, device):
+    """test_parity.py's many-sizes run (12 steps, tensors dropped on some) with CSCALE on, against its twin."""
+    cls = _variant("Adafactor", {"CSCALE": True})
+    _parity_run(cls, cls.spec, opts, device)

@@ -1,6 +1,7 @@
 """Adafactor on the GPU: ``shaders/adafactor.wgsl``. The factored second moments (row and column means of g*g)
 are tiny next to the tensors, so they live in one small float32 ``aux`` buffer (with the unfactored tensors'
-second moments) instead of param-sized arenas; six passes per step (``MERGE`` and ``ROWCOLS`` off: eight), no host round trip."""
+second moments) instead of param-sized arenas; six passes per step (``MERGE`` and ``ROWCOLS`` off: eight), no host
+round trip."""
 from __future__ import annotations
 
 import numpy as np
@@ -59,11 +60,17 @@ class Adafactor(Optimizer):
     # RECIP: direction() (update_norm's and apply's) finds an element's row by a float32 reciprocal with an exact
     # correction, and skips the batch division of a single matrix: the same row, so the same bits (on: the H200's
     # choice, -3 to -7% a step in every precision, PERF_NOTES 66).
+    # CSCALE (off until the H200 measures it; it changes the rounding, so the twin follows it): the mean pass
+    # divides each column factor by the row mean once (CN = C / max(M, eps1)) and direction() takes v = R * CN, one
+    # multiply and four loads a vec4 instead of (R * C) / max(M, eps1)'s five loads and four divisions; the spec is
+    # then the twin with CSCALE (rlx_gpu.reference.adafactor.AdafactorCScale), which rounds the same way.
     MERGE = True
     ROWCOLS = True
     FINISH = 16
     RECIP = True
-    constants = {"RT": RT, "RPW": RPW, "FL": FINISH, "RC": int(RECIP)}  # (a subclass's: __init_subclass__)
+    CSCALE = False
+    constants = {"RT": RT, "RPW": RPW, "FL": FINISH, "RC": int(RECIP), "CS": int(CSCALE)}  # (a subclass's:
+    #                                                                                        __init_subclass__)
     passes = (Pass("rowcols", kind="custom"), Pass("finish", kind="custom"), Pass("mean", kind="custom"),
               Pass("update_norm", fn="update_norm", param="r", reduce="xy"),
               Pass("ratio", kind="per_tensor", fn="ratio"),
@@ -71,10 +78,13 @@ class Adafactor(Optimizer):
 
     def __init_subclass__(cls, **kwargs):
         """A subclass's ``MERGE`` and ``ROWCOLS`` pick its passes, its ``FINISH`` the finish pass's loads, its
-        ``RECIP`` direction()'s row (the modules are made from the class)."""
+        ``RECIP`` direction()'s row, its ``CSCALE`` direction()'s factors and its spec (the modules are made from
+        the class)."""
         super().__init_subclass__(**kwargs)
         cls.passes = cls.pass_list(cls.MERGE, cls.ROWCOLS)
-        cls.constants = {**cls.constants, "FL": cls.FINISH, "RC": int(bool(cls.RECIP))}
+        cls.constants = {**cls.constants, "FL": cls.FINISH, "RC": int(bool(cls.RECIP)), "CS": int(bool(cls.CSCALE))}
+        if "spec" not in vars(cls):
+            cls.spec = ref.AdafactorCScale if cls.CSCALE else ref.Adafactor
 
     @staticmethod
     def pass_list(merge: bool, rowcols: bool) -> tuple:
@@ -100,7 +110,7 @@ class Adafactor(Optimizer):
             if self._fact[t]:
                 m, nn, B = shape[-2], shape[-1], int(np.prod(shape[:-2], dtype=np.int64))
                 d["m"][t], d["n"][t], d["B"][t], d["A"][t] = m, nn, B, off
-                off += 2 * B * m + B * nn + B + B * -(-m // self.WG)  # (the sections: aux_* in the shader)
+                off += 2 * B * m + 2 * B * nn + B + B * -(-m // self.WG)  # (the sections: aux_* in the shader)
             else:
                 d["A"][t] = off
                 off += int(np.prod(shape, dtype=np.int64))

@@ -40,6 +40,8 @@ class Adafactor(ReferenceOptimizer):
     relative step size capped by lr, update clipping at RMS d."""
     defaults = dict(lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False)
     all_state_names = ("row_var", "col_var", "variance")
+    CSCALE = False  # True: v^ = R (C / max(mean_m(R), eps1)), the rounding of rlx_gpu.Adafactor.CSCALE (torch's:
+    #                 (R C) / max(...)); AdafactorCScale below
     aux_states = all_state_names  # kept in float32 whatever state_dtype says: they are O(rows + cols), or the unfactored
     #                               second moment, which the GPU class keeps beside the factored ones
 
@@ -90,7 +92,7 @@ class Adafactor(ReferenceOptimizer):
             R[...] = lerp(R, (sumsq32(g, -1, keepdims=True) / g.shape[-1]).astype(F32), w)
             C[...] = lerp(C, (sumsq32(g, -2, keepdims=True) / g.shape[-2]).astype(F32), w)
             rowmean = np.maximum((sum32(R, -2, keepdims=True) / R.shape[-2]).astype(F32), F32(eps1))
-            vhat = (R * C) / rowmean
+            vhat = R * (C / rowmean) if self.CSCALE else (R * C) / rowmean
         else:
             v = st["variance"]
             v[...] = lerp(v, g * g, w)
@@ -98,3 +100,10 @@ class Adafactor(ReferenceOptimizer):
         u = F32(1) / np.sqrt(np.maximum(vhat, F32(eps1 * eps1))) * g
         denom = py_max(1.0, rms(u) / d)
         p += F32(-alpha / denom) * u
+
+
+class AdafactorCScale(Adafactor):
+    """Adafactor with v^ = R * (C / max(mean_m(R), eps1)): each column factor divided by the row mean once, then one
+    multiply an element (rlx_gpu.Adafactor.CSCALE's arithmetic; torch divides R C by the mean, element by element:
+    the two differ by rounding only, within tests/test_reference.py's torch tolerance)."""
+    CSCALE = True
