@@ -17,10 +17,28 @@
 // #include "matrix_common.wgsl"
 
 var<workgroup> tw: array<f32, 1024>;  // T, [row * 32 + column]
-var<workgroup> part: array<f32, 256>;
+var<workgroup> part: array<f32, 1024>;
 var<workgroup> dots: array<f32, 32>;
+// hh_panel's threads (householder.PANEL: 256 or 1024, a multiple of 32 and a power of two): PT / 32 row groups
+// share a column's dot products and update; PT = 256 is the first version's loops and sums, in the same order.
+override PT: u32 = 256u;
 
-@compute @workgroup_size(256)
+// The sum of v over hh_panel's PT threads, in a tree (wg_sum's for PT = 256), for every thread (uniform control
+// flow; it begins with a barrier)
+fn pt_sum(lid: u32, v: f32) -> f32 {
+    workgroupBarrier();
+    part[lid] = v;
+    for (var w = PT / 2u; w > 0u; w = w / 2u) {
+        workgroupBarrier();
+        if (lid < w) { part[lid] = part[lid] + part[lid + w]; }
+    }
+    workgroupBarrier();
+    let t = part[0];
+    workgroupBarrier();
+    return t;
+}
+
+@compute @workgroup_size(PT)
 fn hh_panel(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     let z = wid.x + wid.y * nwg.x;
@@ -29,13 +47,14 @@ fn hh_panel(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let b = hp.b; let ld = hp.lda; let n = hp.rows; let j0 = hp.j0;
     let base = hp.a_off + zz * hp.a_bs;
     let vb = hp.v_off + zz * hp.v_bs;
-    let cc = lid % 32u; let g = lid / 32u;  // (a column of the panel, one of 8 row groups)
-    for (var i = lid; i < 1024u; i += 256u) { tw[i] = 0.0; }
+    let G = PT / 32u;
+    let cc = lid % 32u; let g = lid / 32u;  // (a column of the panel, one of G row groups)
+    for (var i = lid; i < 1024u; i += PT) { tw[i] = 0.0; }
     for (var kk = 0u; kk < b; kk++) {
         let k = j0 + kk;
         var s = 0.0;
-        for (var i = k + 1u + lid; i < n; i += 256u) { let x = X[base + i * ld + k]; s = s + x * x; }
-        let sigma = wg_sum(lid, s);
+        for (var i = k + 1u + lid; i < n; i += PT) { let x = X[base + i * ld + k]; s = s + x * x; }
+        let sigma = pt_sum(lid, s);
         let alpha = X[base + k * ld + k];
         var beta = alpha; var tau = 0.0; var scale = 0.0;
         if (sigma > 0.0) {
@@ -47,17 +66,17 @@ fn hh_panel(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         storageBarrier();
         if (live) {
             if (lid == 0u) { X[base + k * ld + k] = beta; }
-            for (var i = k + 1u + lid; i < n; i += 256u) { X[base + i * ld + k] = X[base + i * ld + k] * scale; }
+            for (var i = k + 1u + lid; i < n; i += PT) { X[base + i * ld + k] = X[base + i * ld + k] * scale; }
         }
         storageBarrier();
         if (live) {
-            for (var i = hp.v0 + lid; i < n; i += 256u) {  // (from row v0 <= j0: zeros above the panel too)
+            for (var i = hp.v0 + lid; i < n; i += PT) {  // (from row v0 <= j0: zeros above the panel too)
                 V[vb + i * hp.ldv + k] = select(select(X[base + i * ld + k], 1.0, i == k), 0.0, i < k);
             }
         }
         var acc = 0.0;  // column j0 + cc: v^T A[k:, j] (cc > kk: to update it; cc < kk: V_j^T v, for T)
         if (cc < b && cc != kk) {
-            for (var i = k + g; i < n; i += 8u) {
+            for (var i = k + g; i < n; i += G) {
                 acc = acc + select(X[base + i * ld + k], 1.0, i == k) * X[base + i * ld + j0 + cc];
             }
         }
@@ -65,13 +84,13 @@ fn hh_panel(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         workgroupBarrier();
         if (lid < 32u) {
             var t = 0.0;
-            for (var q = 0u; q < 8u; q++) { t = t + part[q * 32u + lid]; }
+            for (var q = 0u; q < G; q++) { t = t + part[q * 32u + lid]; }
             dots[lid] = t;
         }
         workgroupBarrier();
         if (live && cc > kk && cc < b) {
             let f = tau * dots[cc];
-            for (var i = k + g; i < n; i += 8u) {
+            for (var i = k + g; i < n; i += G) {
                 let v = select(X[base + i * ld + k], 1.0, i == k);
                 X[base + i * ld + j0 + cc] = X[base + i * ld + j0 + cc] - f * v;
             }
@@ -86,7 +105,7 @@ fn hh_panel(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         workgroupBarrier();
     }
     if (live) {
-        for (var i = lid; i < b * b; i += 256u) { Tb[hp.t_off + zz * hp.t_bs + (i / b) * 32u + i % b] = tw[(i / b) * 32u + i % b]; }
+        for (var i = lid; i < b * b; i += PT) { Tb[hp.t_off + zz * hp.t_bs + (i / b) * 32u + i % b] = tw[(i / b) * 32u + i % b]; }
     }
 }
 

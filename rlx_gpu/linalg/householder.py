@@ -18,15 +18,21 @@ T factors), ``work`` two buffers of ``batch * 32 * max(c, nq)`` floats; with :da
 applied outside a panel's own block in blocks of WIDE columns (the 32-wide panels and their updates inside a block
 as before, then the block's T composed, T = [[T1, -T1 V1^T V2 T2], [0, T2]], by small GEMMs), so the trailing
 updates and the forming of Q are a quarter as many GEMMs with full 128-row tiles. The same reflectors, other rounding (not the same bits).
+
+:data:`PANEL` (256, the default; 1024): the threads of a panel's workgroup (one a matrix: 12-24 workgroups on 132
+SMs, each column's dot products and update a loop of rows / (PANEL / 32) dependent loads a thread). 256 is the first
+version's loops and sums; 1024 has four times the row groups (other sums: not the same bits) where the device allows
+1024 invocations a workgroup (else 256 runs). PERF_NOTES 73.
 """
 from __future__ import annotations
 
 from ..runtime.params import Params, declare
 from .factor import BLOCK, Mat, Rec, _mm, copy2d
 
-__all__ = ["qr", "form_q", "positive_r", "HH", "SIGN", "WIDE", "t_floats", "work_floats", "dispatches"]
+__all__ = ["qr", "form_q", "positive_r", "HH", "SIGN", "WIDE", "PANEL", "panel_constants", "t_floats", "work_floats", "dispatches"]
 
 WIDE = 128  # (0 or a multiple of BLOCK: the blocks of the updates outside a panel; module docstring)
+PANEL = 256  # hh_panel's threads a matrix (256 or 1024, at most the device's invocations a workgroup; PERF_NOTES 73)
 
 HH = Params("HhParams", "rows", "j0", "b", "lda", "a_off", "a_bs", "v_off", "v_bs", "ldv", "t_off", "t_bs", "batch", "v0")
 SIGN = Params("SignParams", "rows", "cols", "batch", "q_off", "q_bs", "ldq", "r_off", "r_bs", "ldr")
@@ -70,10 +76,10 @@ def _tbig(tbuf, c: int, j0: int, wide: int) -> Mat:
     return Mat(tbuf, -(-c // BLOCK) * BLOCK * BLOCK + (j0 // wide) * wide * wide, t_floats(c, wide), wide)
 
 
-def _hh(r: Rec, entry: str, params: Params, name: str, groups: int, **bufs) -> None:
+def _hh(r: Rec, entry: str, params: Params, name: str, groups: int, constants=None, **bufs) -> None:
     from ..runtime.kernels import shipped_kernel
     from .record import _bind, _prm
-    k = shipped_kernel(r.dev, "householder.wgsl", entry)
+    k = shipped_kernel(r.dev, "householder.wgsl", entry, **(constants or {}))
     pbuf = _prm(r.dev, params.pack(**bufs.pop("words")), f"householder.{entry}", r.keep, r.cache)
     k.dispatch(r.enc, _bind(k, r.cache, {**bufs, name: pbuf}), groups)
 
@@ -95,7 +101,17 @@ def panel(r: Rec, a: Mat, s: int, c: int, j0: int, vs: Mat, tbuf, v0: int | None
     t = _tmat(tbuf, c, j0, _wide(wide))
     words = dict(rows=s, j0=j0, b=min(BLOCK, c - j0), lda=a.ld, a_off=a.off, a_bs=a.bs, v_off=vs.off, v_bs=vs.bs,
                  ldv=vs.ld, t_off=t.off, t_bs=t.bs, batch=r.batch, v0=j0 if v0 is None else v0)
-    _hh(r, "hh_panel", HH, "hp", r.batch, X=a.buf, V=vs.buf, Tb=tbuf, words=words)
+    _hh(r, "hh_panel", HH, "hp", r.batch, panel_constants(r.dev), X=a.buf, V=vs.buf, Tb=tbuf, words=words)
+
+
+def panel_constants(dev) -> dict:
+    """hh_panel's override constants: PT = :data:`PANEL` threads (256 or 1024), 256 where the device allows fewer
+    invocations a workgroup than asked."""
+    if PANEL not in (256, 1024):
+        raise ValueError(f"householder.PANEL: expected 256 or 1024 threads, got {PANEL!r}")
+    lim = int(dev.limits.get("max-compute-invocations-per-workgroup", 256))
+    wide = min(lim, int(dev.limits.get("max-compute-workgroup-size-x", 256)))
+    return {} if PANEL == 256 or wide < PANEL else {"PT": PANEL}
 
 
 def _check(r: Rec, c: int, cols: int, tbuf, work, wide: int) -> None:
