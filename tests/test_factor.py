@@ -125,11 +125,26 @@ def householder_q(device, a, width=None):
     return down(device, qb, (B, s, s)), r_ * np.where(np.diagonal(r_, axis1=1, axis2=2) < 0, -1, 1)[:, :, None]
 
 
-@pytest.fixture(params=[0, 128], ids=["wide0", "wide128"])
+@pytest.fixture(params=[(0, 256), (128, 256), (128, 1024)], ids=["wide0", "wide128", "wide128-panel1024"])
 def wide(request, monkeypatch):
-    """householder.WIDE off and on (the default): the same tolerances either way."""
-    monkeypatch.setattr(householder, "WIDE", request.param)
-    return request.param
+    """householder.WIDE off and on (the default), and householder.PANEL = 1024 (the panels' threads): the same
+    tolerances every way."""
+    monkeypatch.setattr(householder, "WIDE", request.param[0])
+    monkeypatch.setattr(householder, "PANEL", request.param[1])
+    return request.param[0]
+
+
+def test_panel_threads_run_where_the_device_allows_them(device, monkeypatch):
+    """PANEL = 1024 compiles hh_panel with PT = 1024 where the device has 1024 invocations a workgroup (llvmpipe and
+    the H200 do), 256 (no constant: the first version) otherwise; another value is refused by name."""
+    lim = min(device.limits["max-compute-invocations-per-workgroup"], device.limits["max-compute-workgroup-size-x"])
+    monkeypatch.setattr(householder, "PANEL", 1024)
+    assert householder.panel_constants(device) == ({"PT": 1024} if lim >= 1024 else {})
+    monkeypatch.setattr(householder, "PANEL", 256)
+    assert householder.panel_constants(device) == {}
+    monkeypatch.setattr(householder, "PANEL", 512)
+    with pytest.raises(ValueError, match="householder.PANEL"):
+        householder.panel_constants(device)
 
 
 @pytest.mark.parametrize("shape", [(5, 5), (77, 30), (300, 40), (70, 70), (300, 160)])

@@ -207,12 +207,15 @@ def test_first_step_bases_on_the_device(device, first, monkeypatch):
             assert np.abs(q.T @ q - np.eye(len(q))).max() <= 2e-6 and np.all(np.diff(lam) <= 1e-5 * lam[0]), n
 
 
-@pytest.mark.parametrize("hh_wide,first", [(0, "old"), (128, "old"), (128, "grad0-stop1e-6")],
-                         ids=["wide0", "wide128", "wide128-grad0-stop1e-6"])
-def test_device_decompositions_follow_the_host_path(device, hh_wide, first, monkeypatch):
+@pytest.mark.parametrize("hh_wide,first,panel", [(0, "old", 256), (128, "old", 256), (128, "grad0-stop1e-6", 256),
+                                                 (128, "old", 1024)],
+                         ids=["wide0", "wide128", "wide128-grad0-stop1e-6", "wide128-panel1024"])
+def test_device_decompositions_follow_the_host_path(device, hh_wide, first, panel, monkeypatch):
     """(``hh_wide``: householder.WIDE, the QR's updates in blocks of 128; a side of 72 then has three panels
-    composed in one block, the same tolerances; ``first``: the first step's switches, :data:`FIRST`.)"""
+    composed in one block, the same tolerances; ``first``: the first step's switches, :data:`FIRST`; ``panel``:
+    householder.PANEL, the panels' threads.)"""
     monkeypatch.setattr(householder, "WIDE", hh_wide)
+    monkeypatch.setattr(householder, "PANEL", panel)
     monkeypatch.setattr(eigen, "GRAD_WIDE", FIRST[first][0])
     monkeypatch.setattr(eigen, "STOP", FIRST[first][1])
     p0 = params({**SQUARE, **WIDE, **({"x": (40, 72)} if hh_wide else {})}, 23)

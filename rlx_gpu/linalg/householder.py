@@ -21,7 +21,7 @@ updates and the forming of Q are a quarter as many GEMMs with full 128-row tiles
 
 :data:`PANEL` (256, the default; 1024): the threads of a panel's workgroup (one a matrix: 12-24 workgroups on 132
 SMs, each column's dot products and update a loop of rows / (PANEL / 32) dependent loads a thread). 256 is the first
-version's loops and sums; 1024 has four times the row groups (other sums: not the same bits) where the device allows
+version's loops and sums; 1024 has four times the row groups (the sums in another order: not promised the same bits) where the device allows
 1024 invocations a workgroup (else 256 runs). PERF_NOTES 73.
 """
 from __future__ import annotations
