@@ -3,7 +3,7 @@ matrix) and Optimizer.PTLOADS (a per-tensor pass's threads load 8 block partials
 order): each the default's arithmetic, so params and states bit for bit against the switch off over several steps
 (with a tensor absent on some steps), and RECIP against the NumPy twin (tests/helpers's bound). Adafactor.CSCALE
 (v = R * (C / max(M, eps1)), the column factors divided once in the mean pass) rounds otherwise: against its own
-twin (AdafactorCScale) within the bound, and its divisions word for word."""
+twin (reference.Adafactor, AdafactorDivided with it off) within the bound, and its divisions word for word."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -100,13 +100,21 @@ def test_the_class_itself_runs_its_switches():
 
 
 def test_adafactor_cscale_is_its_twins_step(device):
-    """CSCALE = True (the mean pass writes CN = C / max(M, eps1); direction() takes R * CN) against its spec, the
-    twin with the same rounding (rlx_gpu.reference.adafactor.AdafactorCScale), over three steps (every param and
-    state within the bound); the class without it keeps torch's rounding and its spec."""
+    """CSCALE = True (the default: the mean pass writes CN = C / max(M, eps1); direction() takes R * CN) against
+    its spec, the twin with the same rounding (rlx_gpu.reference.Adafactor, whose CSCALE is on too), over three
+    steps (every param and state within the bound); the class without it keeps torch's rounding and its spec
+    (AdafactorDivided), over the same steps."""
     cls = _variant("Adafactor", {"CSCALE": True})
-    assert cls.spec is rlx_gpu.reference.adafactor.AdafactorCScale and cls.constants["CS"] == 1
-    assert rlx_gpu.Adafactor.spec is rlx_gpu.reference.Adafactor and rlx_gpu.Adafactor.constants["CS"] == 0
-    assert _variant("Adafactor", {}).spec is rlx_gpu.reference.Adafactor
+    assert cls.spec is rlx_gpu.reference.Adafactor and cls.constants["CS"] == 1
+    assert rlx_gpu.Adafactor.spec is rlx_gpu.reference.Adafactor and rlx_gpu.Adafactor.constants["CS"] == 1
+    off = _variant("Adafactor", {"CSCALE": False})
+    assert off.spec is rlx_gpu.reference.adafactor.AdafactorDivided and off.constants["CS"] == 0
+    assert rlx_gpu.reference.adafactor.AdafactorCScale.CSCALE and rlx_gpu.reference.Adafactor.CSCALE
+    for c in (cls, off):
+        _cscale_run(device, c)
+
+
+def _cscale_run(device, cls):
     rng = np.random.default_rng(4)
     params = {f"t{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(RECIP_SHAPES[:5])}
     gpu, twin = cls(params, device=device), cls.spec(params)
@@ -114,7 +122,7 @@ def test_adafactor_cscale_is_its_twins_step(device):
         g = {n: rng.standard_normal(p.shape).astype(np.float32) for n, p in params.items()}
         gpu.step(g)
         twin.step(g)
-    assert_same(gpu, twin, "Adafactor CSCALE")
+    assert_same(gpu, twin, f"Adafactor CSCALE={cls.CSCALE}")
 
 
 def test_adafactor_cscale_factors_are_the_twins_division(device):

@@ -60,15 +60,16 @@ class Adafactor(Optimizer):
     # RECIP: direction() (update_norm's and apply's) finds an element's row by a float32 reciprocal with an exact
     # correction, and skips the batch division of a single matrix: the same row, so the same bits (on: the H200's
     # choice, -3 to -7% a step in every precision, PERF_NOTES 66).
-    # CSCALE (off until the H200 measures it; it changes the rounding, so the twin follows it): the mean pass
-    # divides each column factor by the row mean once (CN = C / max(M, eps1)) and direction() takes v = R * CN, one
-    # multiply and four loads a vec4 instead of (R * C) / max(M, eps1)'s five loads and four divisions; the spec is
-    # then the twin with CSCALE (rlx_gpu.reference.adafactor.AdafactorCScale), which rounds the same way.
+    # CSCALE (on: the H200's choice, -1.5 to -6% a step, PERF_NOTES 70; it changes the rounding, so the twin follows
+    # it): the mean pass divides each column factor by the row mean once (CN = C / max(M, eps1)) and direction()
+    # takes v = R * CN, one multiply and four loads a vec4 instead of (R * C) / max(M, eps1)'s five loads and four
+    # divisions; the spec is the twin that rounds the same way (rlx_gpu.reference.Adafactor, whose CSCALE is on too;
+    # with it off, rlx_gpu.reference.adafactor.AdafactorDivided).
     MERGE = True
     ROWCOLS = True
     FINISH = 16
     RECIP = True
-    CSCALE = False
+    CSCALE = True
     constants = {"RT": RT, "RPW": RPW, "FL": FINISH, "RC": int(RECIP), "CS": int(CSCALE)}  # (a subclass's:
     #                                                                                        __init_subclass__)
     passes = (Pass("rowcols", kind="custom"), Pass("finish", kind="custom"), Pass("mean", kind="custom"),
@@ -84,7 +85,7 @@ class Adafactor(Optimizer):
         cls.passes = cls.pass_list(cls.MERGE, cls.ROWCOLS)
         cls.constants = {**cls.constants, "FL": cls.FINISH, "RC": int(bool(cls.RECIP)), "CS": int(bool(cls.CSCALE))}
         if "spec" not in vars(cls):
-            cls.spec = ref.AdafactorCScale if cls.CSCALE else ref.Adafactor
+            cls.spec = ref.Adafactor if cls.CSCALE else ref.AdafactorDivided
 
     @staticmethod
     def pass_list(merge: bool, rowcols: bool) -> tuple:

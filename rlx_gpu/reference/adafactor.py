@@ -40,8 +40,8 @@ class Adafactor(ReferenceOptimizer):
     relative step size capped by lr, update clipping at RMS d."""
     defaults = dict(lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False)
     all_state_names = ("row_var", "col_var", "variance")
-    CSCALE = False  # True: v^ = R (C / max(mean_m(R), eps1)), the rounding of rlx_gpu.Adafactor.CSCALE (torch's:
-    #                 (R C) / max(...)); AdafactorCScale below
+    CSCALE = True  # v^ = R (C / max(mean_m(R), eps1)), the rounding of rlx_gpu.Adafactor.CSCALE (its default since
+    #                the H200 measured it, PERF_NOTES 70); False: torch's (R C) / max(...), AdafactorDivided below
     aux_states = all_state_names  # kept in float32 whatever state_dtype says: they are O(rows + cols), or the unfactored
     #                               second moment, which the GPU class keeps beside the factored ones
 
@@ -104,6 +104,12 @@ class Adafactor(ReferenceOptimizer):
 
 class AdafactorCScale(Adafactor):
     """Adafactor with v^ = R * (C / max(mean_m(R), eps1)): each column factor divided by the row mean once, then one
-    multiply an element (rlx_gpu.Adafactor.CSCALE's arithmetic; torch divides R C by the mean, element by element:
-    the two differ by rounding only, within tests/test_reference.py's torch tolerance)."""
+    multiply an element (rlx_gpu.Adafactor.CSCALE's arithmetic, the default; torch divides R C by the mean, element
+    by element: the two differ by rounding only, within tests/test_reference.py's torch tolerance)."""
     CSCALE = True
+
+
+class AdafactorDivided(Adafactor):
+    """Adafactor with torch's v^ = (R * C) / max(mean_m(R), eps1), element by element: the spec of
+    rlx_gpu.Adafactor with CSCALE off (its rounding before PERF_NOTES 70)."""
+    CSCALE = False
