@@ -5,9 +5,10 @@
 //                 even; index mp - 1 fixed, the others turning): rows p, q of F made orthogonal by a rotation, which
 //                 rows p, q of U get too; skipped where |f_p . f_q| <= tol |f_p| |f_q| and, after the first sweep,
 //                 for a matrix whose previous sweep rotated nothing (counted: with stop > 0, the rotations whose
-//                 |f_p . f_q| was above stop ||F||_F^2; stop = 0 counts every one).
-//   jacobi_trace  ||F||_F^2 of each matrix (one workgroup a matrix), its bits into cnt after the sweeps' counts The round number comes from the device (two
-//                 counters, read one, written the other by workgroup 0), so every round is the same two dispatches.
+//                 |f_p . f_q| was above stop ||F||_F^2; stop = 0 counts every one). The round number comes from the
+//                 device (two counters, read one, written the other by workgroup 0), so every round is the same
+//                 dispatch.
+//   jacobi_trace  ||F||_F^2 of each matrix (one workgroup a matrix), its bits into cnt after the sweeps' counts
 //   col_dots      est[j] = sum_r A[r][j] B[r][j] (strided: rows of a matrix as columns)
 //   rank_order    order[rank_j] = j, rank_j = #{k: est_k > est_j, or est_k == est_j and k < j} (descending, stable)
 //   gather        dst[r][k] = src[r][order[k]] (strides along r and along the gathered index); gather_norm: divided
@@ -93,7 +94,9 @@ fn jacobi_round(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
             U[up + i] = cs * x - sn * y; U[uq + i] = sn * x + cs * y;
         }
         var bound = 0.0;  // (stop 0: every rotation counts, |cc| > tol |f_p| |f_q| >= 0)
-        if (jp.stop > 0.0) { bound = jp.stop * bitcast<f32>(atomicLoad(&cnt[jp.cnt_off + 2u + jp.batch * jp.sweeps + z])); }
+        if (jp.stop > 0.0) {
+            bound = jp.stop * bitcast<f32>(atomicLoad(&cnt[jp.cnt_off + 2u + jp.batch * jp.sweeps + z]));
+        }
         if (lid == 0u && abs(cc) > bound) {
             atomicAdd(&cnt[jp.cnt_off + 2u + z * jp.sweeps + sweep], 1u);
         }

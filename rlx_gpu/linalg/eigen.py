@@ -62,10 +62,10 @@ def _order_words(r: Rec, rows=0, cols=0, **kw) -> dict:
 def jacobi(r: Rec, f: Mat, u: Mat, m: int, cnt, sweeps: int | None = None, tol: float = TOL,
            stop: float | None = None) -> None:
     """One-sided Jacobi on the rows of each (m, m) F, the rotations applied to U's rows too (``cnt``: a buffer of
-    ``2 + batch * (sweeps + 1)`` u32; ``sweeps`` default :data:`SWEEPS` as it is then). ``sweeps * (mp - 1)`` rounds of one dispatch each, whatever converges early
-    (a matrix's rounds after its last sweep read nothing): after a sweep that rotated nothing or, with ``stop``
-    (default :data:`STOP`) > 0, none of whose rotations had |f_p . f_q| above stop ||F||_F^2 (the norm taken first,
-    into ``cnt``)."""
+    ``2 + batch * (sweeps + 1)`` u32; ``sweeps`` default :data:`SWEEPS` as it is then). ``sweeps * (mp - 1)`` rounds
+    of one dispatch each, whatever converges early (a matrix's rounds after its last sweep read nothing): after a
+    sweep that rotated nothing or, with ``stop`` (default :data:`STOP`) > 0, none of whose rotations had
+    |f_p . f_q| above stop ||F||_F^2 (the norm taken first, into ``cnt``)."""
     mp = m + (m % 2)
     if mp < 2:
         return

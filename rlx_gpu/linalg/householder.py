@@ -19,17 +19,19 @@ applied outside a panel's own block in blocks of WIDE columns (the 32-wide panel
 as before, then the block's T composed, T = [[T1, -T1 V1^T V2 T2], [0, T2]], by small GEMMs), so the trailing
 updates and the forming of Q are a quarter as many GEMMs with full 128-row tiles. The same reflectors, other rounding (not the same bits).
 
-:data:`PANEL` (1024, the default: the refresh's panels 570 -> 274 ms on the H200; 256): the threads of a panel's workgroup (one a matrix: 12-24 workgroups on 132
-SMs, each column's dot products and update a loop of rows / (PANEL / 32) dependent loads a thread). 256 is the first
-version's loops and sums; 1024 has four times the row groups (the sums in another order: not promised the same bits) where the device allows
-1024 invocations a workgroup (else 256 runs). PERF_NOTES 73.
+:data:`PANEL` (1024, the default: the refresh's panels 570 -> 274 ms on the H200; 256): the threads of a panel's
+workgroup (one a matrix: 12-24 workgroups on 132 SMs, each column's dot products and update a loop of rows /
+(PANEL / 32) dependent loads a thread). 256 is the first version's loops and sums; 1024 has four times the row
+groups (the sums in another order: not promised the same bits) where the device allows 1024 invocations a
+workgroup (else 256 runs). PERF_NOTES 73.
 """
 from __future__ import annotations
 
 from ..runtime.params import Params, declare
 from .factor import BLOCK, Mat, Rec, _mm, copy2d
 
-__all__ = ["qr", "form_q", "positive_r", "HH", "SIGN", "WIDE", "PANEL", "panel_constants", "t_floats", "work_floats", "dispatches"]
+__all__ = ["qr", "form_q", "positive_r", "HH", "SIGN", "WIDE", "PANEL", "panel_constants", "t_floats", "work_floats",
+           "dispatches"]
 
 WIDE = 128  # (0 or a multiple of BLOCK: the blocks of the updates outside a panel; module docstring)
 PANEL = 1024  # hh_panel's threads a matrix (256 or 1024, at most the device's invocations a workgroup; PERF_NOTES 73)

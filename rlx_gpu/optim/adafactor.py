@@ -34,7 +34,7 @@ class Adafactor(Optimizer):
         per tensor: w = t^beta2_decay;  rho = min(lr, 1/sqrt(t));  alpha = max(eps2, RMS(p)) * rho;
         p *= 1 - lr * weight_decay;  g = -g if maximize
         >= 2 dims [..., m, n]: R = lerp(R, mean_n(g^2), w);  C = lerp(C, mean_m(g^2), w);
-                               v = R C / max(mean_m(R), eps1)
+                               v = R (C / max(mean_m(R), eps1)) (CSCALE; off: R C / max(...))
         <  2 dims:             v = lerp(v, g^2, w)
         u = g / sqrt(max(v, eps1^2));  p -= alpha / max(1, RMS(u) / d) * u
 

@@ -1,10 +1,11 @@
-"""NumPy twin of Adafactor (torch.optim.Adafactor semantics, torch >= 2.5; torch's order of operations).
+"""NumPy twin of Adafactor (torch.optim.Adafactor semantics, torch >= 2.5; torch's order of operations but for v^'s
+division: rlx_gpu.Adafactor.CSCALE's, within torch's tolerance; ``AdafactorDivided`` keeps torch's).
 
 Per tensor, in this order: t += 1;  w = t^beta2_decay (the lerp weight);  rho = min(lr, 1/sqrt(t));
 alpha = max(eps2, RMS(p)) * rho  (p before decay);  p *= 1 - lr*wd;  g = -g if maximize
 >= 2 dims (factored over the last two, shape [..., m, n]):
     R = lerp(R, mean_n(g*g), w)  [..., m, 1];  C = lerp(C, mean_m(g*g), w)  [..., 1, n]
-    v^ = (R C) / max(mean_m(R), eps1)
+    v^ = R (C / max(mean_m(R), eps1))  (AdafactorDivided: (R C) / max(mean_m(R), eps1))
 < 2 dims: v = lerp(v, g*g, w);  v^ = v
 u = g * rsqrt(max(v^, eps1^2));  p += -alpha / max(1, RMS(u)/d) * u
 eps1 None means float32's machine epsilon.
