@@ -37,7 +37,7 @@ from rlx_gpu.tools.bench.timing import Timer, copy_bandwidth, median, steps_for
 # Timing-only knock-outs (results wrong on purpose; shaders/adafactor.wgsl's XK, or update_norm's reduction left
 # out): what direction()'s parts and update_norm's block sums cost in update_norm and apply.
 KNOCKOUTS = {"x-dir": {"XK": 1},  # direction() is g: no aux load, no division, no inverseSqrt
-             "x-div": {"XK": 2},  # no division by the row mean (nor its load)
+             "x-div": {"XK": 2},  # no division by the row mean (nor its load; CSCALE: the mean pass copies C to CN)
              "x-loads": {"XK": 3},  # no aux load (the row and column indices still found)
              "x-red": {"XRED": True}}  # update_norm sums nothing (no block reduction; the ratio pass reads stale sums)
 

@@ -5,9 +5,14 @@ Loop: AdamW with ``clip_grad_norm=``, a GradScaler read back every step as a loo
 planted every ``--inf-every`` steps, so the scaler skips and backs off), warm-up + cosine LR, a checkpoint written (and, every other time, restored) every
 ``--checkpoint-every`` steps. Then ``--optimizers`` optimizers are created, stepped once and dropped.
 
-Criteria (docs/guides/reliability.md, Soak): resident memory grows by at most ``--max-rss-mb`` over the loop after
-warm-up and over the optimizer churn after its first tenth; the median step time of the last ``--window`` steps is
-within ``--max-slowdown`` of the first ``--window`` after warm-up. Exit status 0 when every criterion holds.
+Criteria (docs/guides/reliability.md, Soak): resident memory grows by at most ``--max-rss-mb`` over the loop
+between the two timed windows and over the optimizer churn after its first tenth; the median step time of the last
+``--window`` steps is within ``--max-slowdown`` of the first ``--window`` after warm-up, each against a control: in
+both windows every step is followed by a step of an optimizer of the same configuration made at the start and
+stepped in these windows only (after its own warm-up; its own GradScaler; no schedule, infs or checkpoints), and the
+slowdown is that of the soaked optimizer's median over the control's (a shared machine's speed wanders by 20-80%
+from one window to the next; ``control_drift`` and the unjudged ``raw_slowdown`` are reported). Exit status 0 when
+every criterion holds.
 
     python benchmarks/soak.py                           # the full run: 10,000 steps, 200 optimizers
     python benchmarks/soak.py --steps 1500 --checkpoint-every 300 --optimizers 40 --window 300   # CI's reduced run
@@ -71,10 +76,21 @@ def main(argv=None) -> int:
     scaler = rlx_gpu.GradScaler(init_scale=2.0 ** 10, growth_interval=50)  # one growth and one back-off per --inf-every=97 steps: the scale stays put
     folder = tempfile.mkdtemp(prefix="rlx-gpu-soak-")
     path = os.path.join(folder, "ckpt.npz")
-    times, rss = [], {}
+    times, rss, ctrl_times = [], {}, {"first": [], "last": []}
+    ctrl = rlx_gpu.AdamW(params, lr=1e-3, clip_grad_norm=1.0, device=args.device)  # (stepped in the windows only)
+    ctrl_scaler = rlx_gpu.GradScaler(init_scale=2.0 ** 10, growth_interval=50)
+
+    def control_step(s):
+        scale = np.float32(ctrl_scaler.get_scale())
+        ctrl_scaler.step(ctrl, {n: v * scale for n, v in pool[s % len(pool)].items()})
+        ctrl_scaler.update()
+    for s in range(args.warmup):  # (its warm-up, as the soaked optimizer's: caches and tables grown before)
+        control_step(s)
     print(f"soak: {opt.device.name}, {sum(p.size for p in params.values()):,} params in {len(params)} tensors, "
           f"{args.steps} steps", file=sys.stderr)
     for s in range(args.steps):
+        window = "first" if args.warmup <= s < args.warmup + args.window else \
+            "last" if s >= args.steps - args.window else None
         t0 = time.perf_counter()
         scale = np.float32(scaler.get_scale())  # a loop with a host loss reads the scale back every step
         g = {n: v * scale for n, v in pool[s % len(pool)].items()}
@@ -84,18 +100,25 @@ def main(argv=None) -> int:
         scaler.update()
         sched.step()
         times.append(time.perf_counter() - t0)
+        if window:  # the control's step, right after: the same work on the same machine state, without the history
+            t0 = time.perf_counter()
+            control_step(s)
+            ctrl_times[window].append(time.perf_counter() - t0)
         if (s + 1) % args.checkpoint_every == 0:
             opt.save(path)
             if (s + 1) // args.checkpoint_every % 2 == 0:
                 opt.restore(path)
-        if s + 1 == args.warmup:
+        if s + 1 == args.warmup + args.window:  # (memory between the timed windows: no control step in between)
             rss["loop_start"] = rss_mb()
+        if s + 1 == args.steps - args.window:
+            rss["loop_end"] = rss_mb()
     opt.read_params()
-    rss["loop_end"] = rss_mb()
     first = statistics.median(times[args.warmup:args.warmup + args.window])
     last = statistics.median(times[-args.window:])
     assert np.isfinite(opt.read_params()[next(iter(params))]).all()
+    ctrl_first, ctrl_last = (statistics.median(ctrl_times[k]) for k in ("first", "last"))
     del opt, sched
+    ctrl = ctrl_scaler = None  # (the control dropped before the churn too)
     churn = []
     small = model(rng, 4, 64)
     for i in range(args.optimizers):
@@ -112,7 +135,9 @@ def main(argv=None) -> int:
         "rss_mb": rss, "loop_rss_growth_mb": rss["loop_end"] - rss["loop_start"],
         "churn_rss_growth_mb": rss["churn_end"] - rss["churn_start"],
         "first_window_median_ms": first * 1e3, "last_window_median_ms": last * 1e3,
-        "slowdown": last / first - 1.0,
+        "control_first_median_ms": ctrl_first * 1e3, "control_last_median_ms": ctrl_last * 1e3,
+        "slowdown": (last / ctrl_last) / (first / ctrl_first) - 1.0, "raw_slowdown": last / first - 1.0,
+        "control_drift": ctrl_last / ctrl_first - 1.0,
         "window_medians_ms": [statistics.median(times[i:i + args.window]) * 1e3
                               for i in range(args.warmup, len(times) - args.window + 1, args.window)], "scale": scaler.get_scale(), "limits": {
             "max_rss_mb": args.max_rss_mb, "max_slowdown": args.max_slowdown},

@@ -29,7 +29,8 @@ override FL: u32 = 1u;  // column partials the finish pass loads at once (Adafac
 override RC: u32 = 0u;  // 1: direction() finds rows by a float32 reciprocal, not a division (Adafactor.RECIP)
 override CS: u32 = 0u;  // 1: the mean pass writes CN = C / max(M, eps1); direction() takes R * CN (Adafactor.CSCALE)
 // Timing only (benchmarks/adafactor_passes.py's knock-outs; results wrong on purpose, nothing in the package sets it):
-// 1 direction() is g; 2 no division by the row mean (nor its load); 3 no aux loads (constants from the record)
+// 1 direction() is g; 2 no division by the row mean (nor its load; CS: the mean pass copies C into CN); 3 no aux
+// loads (constants from the record)
 override XK: u32 = 0u;
 
 @group(0) @binding(N) var<storage, read_write> aux: array<f32>;
@@ -325,6 +326,9 @@ fn mean(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (CS == 1u && live) {  // CSCALE: batch b's columns divided by the row mean once, here, not per element
         let rm = nan_max(M, r.eps1);
         let n = r.cols;
-        for (var c = lid; c < n; c = c + WG) { aux[aux_cn(r) + b * n + c] = aux[aux_c(r) + b * n + c] / rm; }
+        for (var c = lid; c < n; c = c + WG) {
+            let cv = aux[aux_c(r) + b * n + c];
+            if (XK == 2u) { aux[aux_cn(r) + b * n + c] = cv; } else { aux[aux_cn(r) + b * n + c] = cv / rm; }
+        }
     }
 }

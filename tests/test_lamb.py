@@ -77,8 +77,9 @@ def test_gpu_and_twin_match_apex_fused_lamb(kw, device):
             tol = dict(rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(want).max())))
             np.testing.assert_allclose(twin.params[n], want, **tol, err_msg=f"twin {n} step {step}")
             np.testing.assert_allclose(gpu.params[n].numpy(), want, **tol, err_msg=f"gpu {n} step {step}")
-            np.testing.assert_allclose(gpu.state_dict()["state"][n]["exp_avg"], ms[i].numpy(), rtol=1e-5,
-                                       atol=1e-7, err_msg=f"exp_avg {n}")
+            m = ms[i].numpy()  # (the clip factors 1e-6 relative apart, as the params: 1e-6 of the moment's scale)
+            np.testing.assert_allclose(gpu.state_dict()["state"][n]["exp_avg"], m, rtol=1e-5,
+                                       atol=1e-6 * max(1.0, float(np.abs(m).max())), err_msg=f"exp_avg {n}")
 
 
 def test_lamb_defaults_are_apexs():

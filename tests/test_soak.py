@@ -1,6 +1,7 @@
 """The soak in its reduced form (the full one: ``python benchmarks/soak.py``, figures in docs/guides/reliability.md,
 Soak): 1,500 checked, clipped, scheduled steps with inf steps and checkpoints, then 40 optimizers made and
-dropped; resident memory may grow by at most 16 MB and the late steps may be at most 10% slower than the early."""
+dropped; resident memory may grow by at most 16 MB and the late steps may be at most 10% slower than the early, each
+window's median against a control optimizer stepped between the same steps (the machine's own drift divided out)."""
 import json
 import subprocess
 import sys
@@ -22,7 +23,7 @@ def soak():
 def test_reduced_soak():
     r, out = soak()
     assert out["loop_rss_growth_mb"] <= 16 and out["churn_rss_growth_mb"] <= 16, out
-    if out["slowdown"] > 0.10:  # step times on a shared CPU adapter wander by a few percent: one more run decides
+    if out["slowdown"] > 0.10:  # (against the control: a few percent from run to run) one more run decides
         r, out = soak()
     assert out["slowdown"] <= 0.10, out
     assert r.returncode == 0, r.stderr[-2000:]
