@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from . import implementation as _impl
+from . import settle as _settle
 from ..core.lru import LRU
 from .discovery import NoAdapterError, _describe, _select_at, _wgpu, adapters
 
@@ -93,6 +94,7 @@ class Device:
             # Staging buffers are made before any arena: on the H200, staging made after large buffers had
             # been freed left every kernel 10-25% slower for the life of the process (PERF_NOTES.md, 11).
             self.transfer.reserve()
+        _settle.track(self)  # (its queue waited for at exit: rlx_gpu/runtime/settle.py)
 
     def __repr__(self):
         return f"<rlx_gpu.Device {self.info['name']} ({self.info['backend']}, {self.info['type']})>"
