@@ -49,3 +49,25 @@ def test_settle_all_waits_for_each_live_device_once(device):
     want = len({id(d.device) for d in list(settle._live) if not d.lost})
     assert settle.settle_all() == want >= 1
     np.testing.assert_array_equal(opt.read_params()["w"], opt.read_params()["w"])  # (still usable afterwards)
+
+
+def test_sync_gives_up_on_a_lock_held_elsewhere(device):
+    """``Device.sync(lock_timeout=...)`` (what settle_all waits with): False, having done nothing, while another
+    thread holds the transfer lock past the timeout; True once the lock is free."""
+    import threading
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with device.io_lock:
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert held.wait(30)
+        assert device.sync(lock_timeout=0.05) is False
+    finally:
+        release.set()
+        t.join()
+    assert device.sync(lock_timeout=5) is True and device.sync() is True

@@ -227,19 +227,27 @@ class Device:
             self._failed(e)
             raise
 
-    def sync(self):
-        """Wait until the GPU has finished all submitted work.
+    def sync(self, lock_timeout: float | None = None) -> bool:
+        """Wait until the GPU has finished all submitted work; ``True`` when it did.
+
+        ``lock_timeout``: seconds to wait for the transfer lock (:attr:`io_lock`) another thread may hold; ``None``
+        (the default) waits as long as it takes. When the lock is not had in time, nothing is done and ``False`` is
+        returned.
 
         (wgpu-py 0.32's ``on_submitted_work_done_sync`` fails with its bundled wgpu-native, so this maps a
         4-byte buffer after a copy queued behind everything else: the map completes when the queue is idle.)"""
         u = self.wgpu.BufferUsage
         self.ensure_alive()
-        with self.io_lock:
-            try:
-                self._sync(u)
-            except Exception as e:
-                self._failed(e)
-                raise
+        if not self.io_lock.acquire(timeout=-1 if lock_timeout is None else max(0.0, float(lock_timeout))):
+            return False
+        try:
+            self._sync(u)
+        except Exception as e:
+            self._failed(e)
+            raise
+        finally:
+            self.io_lock.release()
+        return True
 
     def _sync(self, u):
         if "fence" not in self._shared:

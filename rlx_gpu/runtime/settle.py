@@ -21,17 +21,18 @@ __all__ = ["track", "settle_all", "LOCK_WAIT_S"]
 LOCK_WAIT_S = 5.0  # seconds to wait for a device's transfer lock at exit before leaving that device unsettled
 
 _live: "weakref.WeakSet" = weakref.WeakSet()
-_registered = threading.Event()
+_registered = False
 _lock = threading.Lock()
 
 
 def track(dev) -> None:
     """Settle ``dev``'s queue at interpreter exit (a weak reference: a device dropped before is not kept)."""
+    global _registered
     with _lock:
         _live.add(dev)
-        if not _registered.is_set():
+        if not _registered:
             atexit.register(settle_all)
-            _registered.set()
+            _registered = True
 
 
 def settle_all() -> int:
@@ -46,15 +47,8 @@ def settle_all() -> int:
             continue
         seen.add(key)
         try:
-            if dev.lost or not dev.io_lock.acquire(timeout=LOCK_WAIT_S):
-                continue
-        except Exception:
-            continue
-        try:
-            dev._sync(dev.wgpu.BufferUsage)
-            settled += 1
+            if not dev.lost and dev.sync(lock_timeout=LOCK_WAIT_S):
+                settled += 1
         except Exception:
             pass
-        finally:
-            dev.io_lock.release()
     return settled
