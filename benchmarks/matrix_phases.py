@@ -27,8 +27,8 @@ Each value of ``--wide`` runs in a child process of its own with a time limit: i
 does not use, so SOAP's rows measure the one and Kron's the other (a crash, hang or compile error loses that child's remaining rows, printed as an error);
 the table has a column per value. A value may carry SOAP's first step's switches (PERF_NOTES 71): ``W:gG`` sets
 eigen.GRAD_WIDE = G (the grad's QR's own width), ``W:sX`` eigen.STOP = X (the Jacobi's end), ``W:nN`` eigen.SWEEPS
-= N (the Jacobi's sweeps at most), ``W:pP`` householder.PANEL = P (the panels' threads, PERF_NOTES 73), e.g.
-``128:g0:s1e-7``;
+= N (the Jacobi's sweeps at most), ``W:pP`` householder.PANEL = P (the panels' threads, PERF_NOTES 73), ``W:kK``
+linalg.record.SPLIT_K = K (the GEMMs' split K, ``k0``: off, PERF_NOTES 74), e.g. ``128:g0:s1e-7``;
 ``--first-only`` keeps SOAP's first-step rows alone, ``--rounds`` runs the list that many times in turn (each row
 the least of its rounds; the JSON has them all).
 
@@ -196,15 +196,16 @@ def kron_rows(dev, timer, make, steps: int, emit) -> None:
 
 
 def parse_variant(text: str) -> dict:
-    """A --wide value, ``W[:gG][:sX][:nN][:pP]``: {"wide": W, "grad_wide": G or None, "stop": X or 0.0, "sweeps": N
-    or None (eigen's), "panel": P or None (householder's)}."""
+    """A --wide value, ``W[:gG][:sX][:nN][:pP][:kK]``: {"wide": W, "grad_wide": G or None, "stop": X or 0.0,
+    "sweeps": N or None (eigen's), "panel": P or None (householder's), "split": K or None (linalg.record.SPLIT_K;
+    0: SPLIT off)}."""
     head, *rest = text.split(":")
-    out = dict(wide=int(head), grad_wide=None, stop=0.0, sweeps=None, panel=None)
+    out = dict(wide=int(head), grad_wide=None, stop=0.0, sweeps=None, panel=None, split=None)
     for part in rest:
-        key = {"g": "grad_wide", "s": "stop", "n": "sweeps", "p": "panel"}.get(part[:1])
+        key = {"g": "grad_wide", "s": "stop", "n": "sweeps", "p": "panel", "k": "split"}.get(part[:1])
         if key is None or not part[1:]:
             raise ValueError(f"matrix_phases: {text!r}: after the width, gG (eigen.GRAD_WIDE), sX (eigen.STOP), "
-                             f"nN (eigen.SWEEPS) or pP (householder.PANEL)")
+                             f"nN (eigen.SWEEPS), pP (householder.PANEL) or kK (linalg.record.SPLIT_K, 0: off)")
         out[key] = (float if key == "stop" else int)(part[1:])
     return out
 
@@ -213,7 +214,7 @@ def child(args) -> None:
     """One --wide value: the rows as JSON lines on stdout."""
     import torch  # noqa: F401  (before the device, as everywhere)
     import rlx_gpu
-    from rlx_gpu.linalg import eigen, factor, householder
+    from rlx_gpu.linalg import eigen, factor, householder, record
     from rlx_gpu.tools.bench.guarded import with_grads
     from rlx_gpu.tools.bench.timing import Timer
     v = parse_variant(args.child)
@@ -221,6 +222,8 @@ def child(args) -> None:
     eigen.GRAD_WIDE, eigen.STOP = v["grad_wide"], v["stop"]
     eigen.SWEEPS = v["sweeps"] or eigen.SWEEPS
     householder.PANEL = v["panel"] or householder.PANEL
+    if v["split"] is not None:
+        record.SPLIT, record.SPLIT_K = v["split"] > 0, v["split"] or record.SPLIT_K
     dev = rlx_gpu.get_device()
     timer = Timer(dev)
     params, grads = problem(args.div, args.matrices)

@@ -1,12 +1,15 @@
 // Batched GEMM (rlx_gpu/linalg/record.py gemm): C = alpha * op(A) @ op(B) + beta * C for `batch` matrices in one
-// dispatch (workgroup z = matrix), op = transpose where asked (by indexing: row-major storage throughout, each operand
+// dispatch (workgroup z = matrix; split K: (matrix, chunk), each chunk's product into a slab of its own, then
+// thin_sum), op = transpose where asked (by indexing: row-major storage throughout, each operand
 // with its own row stride, so sub-blocks of larger matrices are operands too). Tiles of 128 x 128 outputs per
 // workgroup, 8 x 8 per thread, K in steps of 8 through workgroup memory; any M, N, K (edges masked).
 // gp (struct Gemm, declared in rlx_gpu/linalg/record.py): M, N, K, ta, tb; a_off, b_off, c_off (elements);
 //   a_bs, b_bs, c_bs (batch strides); alpha, beta; tiles_n, tiles_m (column and row tiles); batch; lda, ldb, ldc (the
-//   row strides of A, B, C as stored: A[m lda + k], or A[k lda + m] with ta); chunks (gemm_thin). Workgroups are
-//   numbered (matrix, row tile, column tile), flattened (a 2-D grid past the per-dimension limit). A long K is split
-//   over dispatches (KSPLIT: a slab's K, its offsets moved along k, C accumulated with beta = 1), so that no
+//   row strides of A, B, C as stored: A[m lda + k], or A[k lda + m] with ta); chunks (gemm_thin's; gemm's split K:
+//   the chunks a matrix, batch then counting the slabs, matrices x chunks); kc (split K: k a chunk, a multiple of 8).
+//   Workgroups are numbered (slab, row tile, column tile), flattened (a 2-D grid past the per-dimension limit). Few
+//   workgroups with a long K (record.py's SPLIT_WORKGROUPS, SPLIT_K) are split K in one dispatch; a long K is
+//   otherwise split over dispatches (KSPLIT: a slab's K, its offsets moved along k, C accumulated with beta = 1), so that no
 //   thread's k loop runs long (some drivers stop loops past 65535 iterations).
 
 @group(0) @binding(0) var<storage, read> A: array<f32>;
@@ -31,12 +34,17 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let per = gp.tiles_n * gp.tiles_m;
     if (g >= per * gp.batch) { return; }  // (uniform: the same for the whole workgroup)
     let li = lid.y * 16u + lid.x;
-    let bt = g / per;
+    // split K (gp.chunks > 1): slab = (matrix, chunk), chunk ch sums k in [ch kc, ch kc + kc) into its own slab of
+    // C (the partials; thin_sum adds them in order); otherwise slab = matrix, one chunk of all K
+    let slab = g / per;
+    let nch = max(gp.chunks, 1u);
+    let bt = slab / nch;
+    let k_lo = (slab % nch) * gp.kc;
     let m0 = ((g % per) / gp.tiles_n) * TM;
     let n0 = ((g % per) % gp.tiles_n) * TM;
-    let K = gp.K;
-    let abase = gp.a_off + bt * gp.a_bs;
-    let bbase = gp.b_off + bt * gp.b_bs;
+    let K = select(gp.K, min(gp.K - k_lo, gp.kc), nch > 1u);
+    let abase = gp.a_off + bt * gp.a_bs + select(k_lo, k_lo * gp.lda, gp.ta != 0u);
+    let bbase = gp.b_off + bt * gp.b_bs + select(k_lo * gp.ldb, k_lo, gp.tb != 0u);
     var c0a = vec4<f32>(0.0); var c0b = vec4<f32>(0.0);
     var c1a = vec4<f32>(0.0); var c1b = vec4<f32>(0.0);
     var c2a = vec4<f32>(0.0); var c2b = vec4<f32>(0.0);
@@ -46,7 +54,7 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var c6a = vec4<f32>(0.0); var c6b = vec4<f32>(0.0);
     var c7a = vec4<f32>(0.0); var c7b = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < K; k0 = k0 + TK) {
-        stage_tiles(li, m0, n0, k0, abase, bbase);
+        stage_tiles(li, m0, n0, k0, abase, bbase, K);
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
             let a0 = As[kk * 32u + lid.y * 2u];
@@ -68,7 +76,7 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // workgroup-memory reads of B stay contiguous); the accumulators stay in registers (no dynamic index)
     let mr = m0 + lid.y * 8u;
     let nc = n0 + lid.x * 4u;
-    let base = gp.c_off + bt * gp.c_bs;
+    let base = gp.c_off + slab * gp.c_bs;
     store_row(base, mr + 0u, nc, c0a); store_row(base, mr + 0u, nc + 64u, c0b);
     store_row(base, mr + 1u, nc, c1a); store_row(base, mr + 1u, nc + 64u, c1b);
     store_row(base, mr + 2u, nc, c2a); store_row(base, mr + 2u, nc + 64u, c2b);

@@ -36,7 +36,7 @@ fn gemm16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let bbase = gp.b_off + bt * gp.b_bs;
     var acc: array<vec4<f32>, 16>;
     for (var k0 = 0u; k0 < K; k0 = k0 + TK) {
-        stage_tiles(li, m0, n0, k0, abase, bbase);
+        stage_tiles(li, m0, n0, k0, abase, bbase, K);
         workgroupBarrier();
         var c0a = vec4<f16>(0.0); var c0b = vec4<f16>(0.0);
         var c1a = vec4<f16>(0.0); var c1b = vec4<f16>(0.0);

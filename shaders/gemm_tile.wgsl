@@ -4,11 +4,12 @@
 
 // Stage the slab k0 .. k0 + TK of op(A) (rows m0 .. m0 + TM) in As[k][m / 4] and of op(B) (columns n0 ..) in
 // Bs[k][n / 4], TK TM / 256 elements a thread, neighbouring threads on neighbouring addresses (along k where a row of
-// the stored matrix runs along k: A as (M, K), B transposed as (N, K)); zeros past the edges. Each thread writes single
+// the stored matrix runs along k: A as (M, K), B transposed as (N, K)); zeros past the edges (k from K: the
+// operands' k range this workgroup sums, gp.K or a split-K chunk's). Each thread writes single
 // components of the staging vectors: WGSL makes each component its own memory location (llvmpipe and NVIDIA's
 // driver honour that for 16-bit ones too).
-fn stage_tiles(li: u32, m0: u32, n0: u32, k0: u32, abase: u32, bbase: u32) {
-    let M = gp.M; let N = gp.N; let K = gp.K;
+fn stage_tiles(li: u32, m0: u32, n0: u32, k0: u32, abase: u32, bbase: u32, K: u32) {
+    let M = gp.M; let N = gp.N;
     let ta = gp.ta != 0u; let tb = gp.tb != 0u;
     let LA = gp.lda; let LB = gp.ldb;
     for (var r = 0u; r < TK * TM / 256u; r++) {

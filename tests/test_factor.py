@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from rlx_gpu.linalg import eigen, factor, half, householder
+from rlx_gpu.linalg import record as gemms
 from rlx_gpu.linalg.factor import Mat, Rec
 
 pytestmark = pytest.mark.gpu
@@ -125,12 +126,17 @@ def householder_q(device, a, width=None):
     return down(device, qb, (B, s, s)), r_ * np.where(np.diagonal(r_, axis1=1, axis2=2) < 0, -1, 1)[:, :, None]
 
 
-@pytest.fixture(params=[(0, 256), (128, 256), (128, 1024)], ids=["wide0", "wide128", "wide128-panel1024"])
+@pytest.fixture(params=[(0, 256, 256), (128, 256, 256), (128, 1024, 256), (128, 1024, 16), (128, 1024, 0)],
+                ids=["wide0", "wide128", "wide128-panel1024", "wide128-panel1024-split16", "wide128-panel1024-nosplit"])
 def wide(request, monkeypatch):
-    """householder.WIDE off and on (the default), and householder.PANEL = 1024 (the panels' threads): the same
-    tolerances every way."""
+    """householder.WIDE off and on (the default), householder.PANEL = 1024 (the panels' threads), and the GEMMs'
+    split K (linalg.record.SPLIT_K: 256 the default, which these sides' K's are too short for; 16, so that the
+    panels' and blocks' V^T X split here as the H200's sides of 768-3072 do; 0: SPLIT off): the same tolerances
+    every way."""
     monkeypatch.setattr(householder, "WIDE", request.param[0])
     monkeypatch.setattr(householder, "PANEL", request.param[1])
+    monkeypatch.setattr(gemms, "SPLIT", bool(request.param[2]))
+    monkeypatch.setattr(gemms, "SPLIT_K", request.param[2] or 256)
     return request.param[0]
 
 

@@ -77,9 +77,11 @@ def test_first_step_variants_at_a_tiny_size(tmp_path):
     """--first-only with values carrying the first step's switches (eigen.GRAD_WIDE, STOP, SWEEPS), twice in turn:
     the first step's rows alone, a column per value, each row's two rounds kept; a bad value refused first."""
     mod = _script()
-    assert mod.parse_variant("128:g0:s1e-7:n12") == dict(wide=128, grad_wide=0, stop=1e-7, sweeps=12, panel=None)
-    assert mod.parse_variant("0") == dict(wide=0, grad_wide=None, stop=0.0, sweeps=None, panel=None)
+    assert mod.parse_variant("128:g0:s1e-7:n12") == dict(wide=128, grad_wide=0, stop=1e-7, sweeps=12, panel=None,
+                                                         split=None)
+    assert mod.parse_variant("0") == dict(wide=0, grad_wide=None, stop=0.0, sweeps=None, panel=None, split=None)
     assert mod.parse_variant("128:p1024")["panel"] == 1024
+    assert mod.parse_variant("128:k0")["split"] == 0 and mod.parse_variant("128:p1024:k512")["split"] == 512
     with pytest.raises(ValueError, match="after the width"):
         mod.parse_variant("128:x3")
     values = ["128", "128:g0:s1e-7:n12"]

@@ -12,6 +12,7 @@ import pytest
 
 import rlx_gpu
 from rlx_gpu import linalg
+from rlx_gpu.linalg import record
 from rlx_gpu.reference.muon import newton_schulz_np
 from helpers import snapshot, steps_with_a_skip
 
@@ -42,6 +43,40 @@ def test_matmul_against_numpy(M, K, N, batch, ta, tb, dtype, device):
     assert np.abs(got - ref).max() <= tol
 
 
+@pytest.mark.parametrize("M,K,N,batch", [(32, 3000, 96, 3), (128, 2000, 300, 2), (5, 700, 130, None)])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_matmul_split_k(M, K, N, batch, ta, tb, device, monkeypatch):
+    """Few tiles and a long K: chunks of K summed by workgroups of their own, then added in order
+    (linalg.record.SPLIT; the QR's V^T X), against float64 NumPy with matmul's float32 tolerance, and within the
+    same of the unsplit GEMM (other sums: not the same bits)."""
+    rng = np.random.default_rng(K)
+    sa, sb = ((K, M) if ta else (M, K)), ((N, K) if tb else (K, N))
+    if batch:
+        sa, sb = (batch, *sa), (batch, *sb)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    ref = (np.swapaxes(a, -1, -2) if ta else a).astype(np.float64) @ (np.swapaxes(b, -1, -2) if tb else b)
+    assert record.split_k(M, N, K, batch or 1)[0] > 1
+    got = linalg.matmul(a, b, transpose_a=ta, transpose_b=tb, device=device)
+    monkeypatch.setattr(record, "SPLIT", False)
+    assert record.split_k(M, N, K, batch or 1) == (1, K)
+    whole = linalg.matmul(a, b, transpose_a=ta, transpose_b=tb, device=device)
+    tol = 2e-5 * max(1.0, np.abs(ref).max())
+    assert got.shape == ref.shape and np.abs(got - ref).max() <= tol and np.abs(got - whole).max() <= tol
+
+
+def test_split_k_choice(monkeypatch):
+    """Split only where few tiles meet a long K; chunks of at least SPLIT_K k's (a multiple of 8), no more than
+    SPLIT_WORKGROUPS' worth, their partials within SPLIT_BYTES."""
+    assert record.split_k(4096, 4096, 4096, 1) == (1, 4096)  # (many tiles)
+    assert record.split_k(32, 96, 300, 12) == (1, 300)  # (a short K)
+    chunks, kc = record.split_k(32, 96, 3072, 12)
+    assert chunks == 12 and kc == 256 and chunks * kc >= 3072
+    chunks, kc = record.split_k(128, 2944, 3072, 12)  # (276 tiles: two chunks)
+    assert (chunks, kc) == (2, 1536)
+    monkeypatch.setattr(record, "SPLIT_BYTES", 2 * 4 * 12 * 128 * 2944 - 1)  # (two slabs do not fit: not split)
+    assert record.split_k(128, 2944, 3072, 12) == (1, 3072)
+
+
 def test_matmul_device_tensors_and_errors(device):
     rng = np.random.default_rng(1)
     opt = rlx_gpu.SGD({"a": rng.standard_normal((30, 20)).astype(np.float32),
@@ -61,7 +96,7 @@ def test_matmul_device_tensors_and_errors(device):
 def test_matmul_with_a_long_k(K, device):
     """issue 21 item 4: on Mesa 22.3.6's lavapipe, whose loops stop after 65,535 iterations, matmul(ones((1, K)),
     ones((K, 1))) gave 52429 for every K >= 52430: a K past linalg's KSPLIT is now summed in short loops (few
-    outputs: chunks over many workgroups, then their sum; more outputs: slabs of KSPLIT accumulated into C), every
+    outputs: chunks over many workgroups, then their sum; more: split K, or slabs of KSPLIT accumulated into C), every
     transpose; random operands against float64 NumPy (2e-5 of the largest |entry| times sqrt(K / 1000): sums of K
     float32 products in another order)."""
     ones = np.ones((1, K), np.float32)

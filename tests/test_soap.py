@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import rlx_gpu
-from rlx_gpu.linalg import eigen, householder
+from rlx_gpu.linalg import eigen, householder, record
 from rlx_gpu.reference import SOAP as Twin
 from helpers import partition_with_adamw, resumed, snapshot
 
@@ -207,15 +207,19 @@ def test_first_step_bases_on_the_device(device, first, monkeypatch):
             assert np.abs(q.T @ q - np.eye(len(q))).max() <= 2e-6 and np.all(np.diff(lam) <= 1e-5 * lam[0]), n
 
 
-@pytest.mark.parametrize("hh_wide,first,panel", [(0, "old", 256), (128, "old", 256), (128, "grad0-stop1e-6", 256),
-                                                 (128, "old", 1024)],
-                         ids=["wide0", "wide128", "wide128-grad0-stop1e-6", "wide128-panel1024"])
-def test_device_decompositions_follow_the_host_path(device, hh_wide, first, panel, monkeypatch):
+@pytest.mark.parametrize("hh_wide,first,panel,split", [(0, "old", 256, 256), (128, "old", 256, 256),
+                                                       (128, "grad0-stop1e-6", 256, 256), (128, "old", 1024, 256),
+                                                       (128, "old", 1024, 16)],
+                         ids=["wide0", "wide128", "wide128-grad0-stop1e-6", "wide128-panel1024",
+                              "wide128-panel1024-split16"])
+def test_device_decompositions_follow_the_host_path(device, hh_wide, first, panel, split, monkeypatch):
     """(``hh_wide``: householder.WIDE, the QR's updates in blocks of 128; a side of 72 then has three panels
     composed in one block, the same tolerances; ``first``: the first step's switches, :data:`FIRST`; ``panel``:
-    householder.PANEL, the panels' threads.)"""
+    householder.PANEL, the panels' threads; ``split``: linalg.record.SPLIT_K, 16 so that these sides' GEMMs split
+    K as the H200's do.)"""
     monkeypatch.setattr(householder, "WIDE", hh_wide)
     monkeypatch.setattr(householder, "PANEL", panel)
+    monkeypatch.setattr(record, "SPLIT_K", split)
     monkeypatch.setattr(eigen, "GRAD_WIDE", FIRST[first][0])
     monkeypatch.setattr(eigen, "STOP", FIRST[first][1])
     p0 = params({**SQUARE, **WIDE, **({"x": (40, 72)} if hh_wide else {})}, 23)

@@ -15,12 +15,19 @@ TILE = 128  # outputs per workgroup along m and n (shaders/gemm.wgsl, gemm16.wgs
 # them, silently); a longer K is split over dispatches that accumulate into C (beta = 1 after the first).
 KSPLIT = 16384
 THIN, TCH = 64, 4096  # a long K with at most THIN outputs a matrix: chunks of TCH k's summed by many workgroups
+# Split K (float32 GEMMs): a GEMM of fewer than SPLIT_WORKGROUPS tiles (matrices x 128 x 128 outputs) and a K of at
+# least 2 SPLIT_K is summed in chunks of >= SPLIT_K k's by workgroups of their own, in one dispatch (each chunk's
+# product into a slab of a work buffer of at most SPLIT_BYTES), then the chunks added in order (thin_sum): a QR's
+# V^T X with 32 or 128 rows otherwise keeps one workgroup a matrix on a K of thousands (the refresh's trailing
+# updates, PERF_NOTES 74). SPLIT = False: one workgroup a tile, as before (other sums, so not the same bits).
+SPLIT = True
+SPLIT_WORKGROUPS, SPLIT_K, SPLIT_BYTES = 512, 256, 1 << 26
 # Matrices of up to FROB_ONE elements get their Frobenius scaling from one workgroup each (two loops of count/256
 # a thread); larger ones in two passes over chunks of FCH (shaders/gemm.wgsl frob_part, frob_apply).
 FROB_ONE, FCH = 1 << 22, 16384
 #: The parameters of shaders/gemm.wgsl's and gemm16.wgsl's GEMMs (``gp``), by name.
 GEMM = Params("Gemm", "M", "N", "K", "ta", "tb", "a_off", "b_off", "c_off", "a_bs", "b_bs", "c_bs", "alpha:f32",
-              "beta:f32", "tiles_n", "tiles_m", "batch", "lda", "ldb", "ldc", "chunks")
+              "beta:f32", "tiles_n", "tiles_m", "batch", "lda", "ldb", "ldc", "chunks", "kc")
 #: The parameters of the copies, Frobenius scalings and Newton-Schulz's f16 conversions (``sp``), by name: ``count``
 #: elements (a matrix's, or a copy's / a flat conversion's in all), ``x_off`` (into A or X), ``c_off`` (into C),
 #: ``stride`` (between matrices), ``eps``, ``batch``, ``parts`` (frob_part's chunks a matrix), ``scale``.
@@ -69,13 +76,17 @@ def gemm(dev, enc, a, b, c, M, N, K, *, ta=False, tb=False, offsets=(0, 0, 0), s
     if K > KSPLIT and M * N <= THIN and not f16:
         return _gemm_thin(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta, batch, keep, cache,
                           (lda, ldb, ldc))
+    chunks, kc = (1, K) if f16 else split_k(M, N, K, batch)
+    if chunks > 1:
+        return _gemm_split(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta, batch, keep, cache,
+                           (lda, ldb, ldc), chunks, kc)
     k = shipped_kernel(dev, "gemm16.wgsl", "gemm16") if f16 else shipped_kernel(dev, "gemm.wgsl", "gemm")
     for k0 in range(0, max(K, 1), KSPLIT):  # (one dispatch unless K > KSPLIT)
         oa, ob = offsets[0] + (k0 * lda if ta else k0), offsets[1] + (k0 if tb else k0 * ldb)
         words = GEMM.pack(M=M, N=N, K=min(KSPLIT, K - k0), ta=int(ta), tb=int(tb), a_off=oa, b_off=ob,
                           c_off=offsets[2], a_bs=strides[0], b_bs=strides[1], c_bs=strides[2], alpha=alpha,
                           beta=beta if k0 == 0 else 1.0, tiles_n=tn, tiles_m=tm, batch=batch, lda=lda, ldb=ldb,
-                          ldc=ldc, chunks=0)
+                          ldc=ldc, chunks=0, kc=0)
         pbuf = _prm(dev, words, "gemm.prm", keep, cache)
         k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": c, "gp": pbuf}), tn * tm * batch)
 
@@ -86,12 +97,45 @@ def _gemm_thin(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta
     chunks = -(-K // TCH)
     words = GEMM.pack(M=M, N=N, K=K, ta=int(ta), tb=int(tb), a_off=offsets[0], b_off=offsets[1], c_off=offsets[2],
                       a_bs=strides[0], b_bs=strides[1], c_bs=strides[2], alpha=alpha, beta=beta, tiles_n=0,
-                      tiles_m=0, batch=batch, lda=lds[0], ldb=lds[1], ldc=lds[2], chunks=chunks)
+                      tiles_m=0, batch=batch, lda=lds[0], ldb=lds[1], ldc=lds[2], chunks=chunks, kc=0)
     pbuf = _prm(dev, words, "gemm.prm", keep, cache)
     part = _scratch(dev, 4 * batch * chunks * M * N, "gemm.thin", keep, cache)
     for entry, groups in (("gemm_thin", batch * chunks), ("thin_sum", -(-batch * M * N // 256))):
         k = shipped_kernel(dev, "gemm.wgsl", entry)
         k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": c, "P": part, "gp": pbuf}), groups)
+
+
+def split_k(M: int, N: int, K: int, batch: int) -> tuple[int, int]:
+    """(chunks, k a chunk) of a float32 GEMM's split K (:data:`SPLIT`): (1, K) where it is not split."""
+    tiles = -(-M // TILE) * -(-N // TILE) * batch
+    if not SPLIT or K < 2 * SPLIT_K or tiles >= SPLIT_WORKGROUPS:
+        return 1, K
+    chunks = min(-(-SPLIT_WORKGROUPS // tiles), K // SPLIT_K, max(1, SPLIT_BYTES // (4 * batch * M * N)))
+    kc = -(-(-(-K // max(chunks, 1))) // 8) * 8  # (a multiple of the tiles' k step)
+    chunks = -(-K // kc)
+    return (chunks, kc) if chunks > 1 and kc <= KSPLIT else (1, K)
+
+
+def _gemm_split(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta, batch, keep, cache, lds, chunks,
+                kc) -> None:
+    """:func:`gemm` split K: gemm's workgroups (matrix, chunk, tile) each sum ``kc`` k's into the chunk's slab of a
+    work buffer (M x N packed, slab = matrix chunks + chunk), then thin_sum adds a matrix's slabs in order into C."""
+    tn, tm = -(-N // TILE), -(-M // TILE)
+    need = 4 * batch * chunks * M * N
+    part = _scratch(dev, 1 << max(need - 1, 1).bit_length(), "gemm.split", keep, cache)  # (sizes rounded to powers
+    #                                                                                    of two: few buffers kept)
+    words = GEMM.pack(M=M, N=N, K=K, ta=int(ta), tb=int(tb), a_off=offsets[0], b_off=offsets[1], c_off=0,
+                      a_bs=strides[0], b_bs=strides[1], c_bs=M * N, alpha=1.0, beta=0.0, tiles_n=tn, tiles_m=tm,
+                      batch=batch * chunks, lda=lds[0], ldb=lds[1], ldc=N, chunks=chunks, kc=kc)
+    k = shipped_kernel(dev, "gemm.wgsl", "gemm")
+    k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": part, "gp": _prm(dev, words, "gemm.prm", keep, cache)}),
+               tn * tm * batch * chunks)
+    words = GEMM.pack(M=M, N=N, K=K, ta=int(ta), tb=int(tb), a_off=0, b_off=0, c_off=offsets[2], a_bs=0, b_bs=0,
+                      c_bs=strides[2], alpha=alpha, beta=beta, tiles_n=0, tiles_m=0, batch=batch, lda=lds[0],
+                      ldb=lds[1], ldc=lds[2], chunks=chunks, kc=kc)
+    k = shipped_kernel(dev, "gemm.wgsl", "thin_sum")
+    k.dispatch(enc, _bind(k, cache, {"C": c, "P": part, "gp": _prm(dev, words, "gemm.prm", keep, cache)}),
+               -(-batch * M * N // 256))
 
 
 def _scratch(dev, nbytes, label, keep, cache):
