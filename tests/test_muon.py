@@ -65,9 +65,11 @@ def test_matmul_split_k(M, K, N, batch, ta, tb, device, monkeypatch):
 
 
 def test_split_k_choice(monkeypatch):
-    """Split only where few tiles meet a long K; chunks of at least SPLIT_K k's (a multiple of 8), no more than
-    SPLIT_WORKGROUPS' worth, their partials within SPLIT_BYTES."""
+    """Split only where few tiles (under SPLIT_BELOW) meet a long K; chunks of at least SPLIT_K k's (a multiple of
+    8), no more than SPLIT_WORKGROUPS' worth, their partials within SPLIT_BYTES."""
     assert record.split_k(4096, 4096, 4096, 1) == (1, 4096)  # (many tiles)
+    assert record.split_k(768, 768, 3072, 12) == (1, 3072)  # (Muon's X X^T of twelve 768 x 3072: 432 tiles)
+    assert record.split_k(128, 640, 768, 60)[0] == 2  # (300 tiles: a block's V^T X of sixty 768-sides)
     assert record.split_k(32, 96, 300, 12) == (1, 300)  # (a short K)
     chunks, kc = record.split_k(32, 96, 3072, 12)
     assert chunks == 12 and kc == 256 and chunks * kc >= 3072

@@ -15,13 +15,15 @@ TILE = 128  # outputs per workgroup along m and n (shaders/gemm.wgsl, gemm16.wgs
 # them, silently); a longer K is split over dispatches that accumulate into C (beta = 1 after the first).
 KSPLIT = 16384
 THIN, TCH = 64, 4096  # a long K with at most THIN outputs a matrix: chunks of TCH k's summed by many workgroups
-# Split K (float32 GEMMs): a GEMM of fewer than SPLIT_WORKGROUPS tiles (matrices x 128 x 128 outputs) and a K of at
-# least 2 SPLIT_K is summed in chunks of >= SPLIT_K k's by workgroups of their own, in one dispatch (each chunk's
-# product into a slab of a work buffer of at most SPLIT_BYTES), then the chunks added in order (thin_sum): a QR's
-# V^T X with 32 or 128 rows otherwise keeps one workgroup a matrix on a K of thousands (the refresh's trailing
-# updates, PERF_NOTES 74). SPLIT = False: one workgroup a tile, as before (other sums, so not the same bits).
+# Split K (float32 GEMMs): a GEMM of fewer than SPLIT_BELOW tiles (matrices x 128 x 128 outputs) and a K of at
+# least 2 SPLIT_K is summed in chunks of >= SPLIT_K k's by workgroups of their own, as many chunks as bring it
+# near SPLIT_WORKGROUPS workgroups, in one dispatch (each chunk's product into a slab of a work buffer of at most
+# SPLIT_BYTES), then the chunks added in order (thin_sum): a QR's V^T X with 32 or 128 rows otherwise keeps one
+# workgroup a matrix on a K of thousands (the refresh's trailing updates: 0.68x on the H200, PERF_NOTES 74).
+# Muon's X X^T of GPT-2's 768 x 3072 matrices (432 tiles) was 4% slower split in two, so it is not (400).
+# SPLIT = False: one workgroup a tile, as before (other sums, so not the same bits).
 SPLIT = True
-SPLIT_WORKGROUPS, SPLIT_K, SPLIT_BYTES = 512, 256, 1 << 26
+SPLIT_BELOW, SPLIT_WORKGROUPS, SPLIT_K, SPLIT_BYTES = 400, 512, 256, 1 << 26
 # Matrices of up to FROB_ONE elements get their Frobenius scaling from one workgroup each (two loops of count/256
 # a thread); larger ones in two passes over chunks of FCH (shaders/gemm.wgsl frob_part, frob_apply).
 FROB_ONE, FCH = 1 << 22, 16384
@@ -108,7 +110,7 @@ def _gemm_thin(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta
 def split_k(M: int, N: int, K: int, batch: int) -> tuple[int, int]:
     """(chunks, k a chunk) of a float32 GEMM's split K (:data:`SPLIT`): (1, K) where it is not split."""
     tiles = -(-M // TILE) * -(-N // TILE) * batch
-    if not SPLIT or K < 2 * SPLIT_K or tiles >= SPLIT_WORKGROUPS:
+    if not SPLIT or K < 2 * SPLIT_K or tiles >= SPLIT_BELOW:
         return 1, K
     chunks = min(-(-SPLIT_WORKGROUPS // tiles), K // SPLIT_K, max(1, SPLIT_BYTES // (4 * batch * M * N)))
     kc = -(-(-(-K // max(chunks, 1))) // 8) * 8  # (a multiple of the tiles' k step)
