@@ -113,7 +113,8 @@ def split_k(M: int, N: int, K: int, batch: int) -> tuple[int, int]:
     if not SPLIT or K < 2 * SPLIT_K or tiles >= SPLIT_BELOW:
         return 1, K
     chunks = min(-(-SPLIT_WORKGROUPS // tiles), K // SPLIT_K, max(1, SPLIT_BYTES // (4 * batch * M * N)))
-    kc = -(-(-(-K // max(chunks, 1))) // 8) * 8  # (a multiple of the tiles' k step)
+    per = -(-K // max(chunks, 1))
+    kc = -(-per // 8) * 8  # (a multiple of the tiles' k step)
     chunks = -(-K // kc)
     return (chunks, kc) if chunks > 1 and kc <= KSPLIT else (1, K)
 
