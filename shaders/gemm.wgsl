@@ -8,7 +8,7 @@
 //   row strides of A, B, C as stored: A[m lda + k], or A[k lda + m] with ta); chunks (gemm_thin's; gemm's split K:
 //   the chunks a matrix, batch then counting the slabs, matrices x chunks); kc (split K: k a chunk, a multiple of 8).
 //   Workgroups are numbered (slab, row tile, column tile), flattened (a 2-D grid past the per-dimension limit). Few
-//   workgroups with a long K (record.py's SPLIT_WORKGROUPS, SPLIT_K) are split K in one dispatch; a long K is
+//   workgroups with a long K (record.py's SPLIT_BELOW, SPLIT_K) are split K in one dispatch; a long K is
 //   otherwise split over dispatches (KSPLIT: a slab's K, its offsets moved along k, C accumulated with beta = 1), so that no
 //   thread's k loop runs long (some drivers stop loops past 65535 iterations).
 
