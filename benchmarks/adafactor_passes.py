@@ -10,7 +10,8 @@ timed in alternating rounds on GPT-2 124M; a pass's cost is its prefix's time mi
 name then ends in ``finish<F>``. ``--variants``: instead, the class's switches as named, all in the same rounds:
 ``default``, ``finish<F>``, ``+recip`` (Adafactor.RECIP: direction()'s row by a reciprocal), ``+ptloads``
 (Optimizer.PTLOADS: the ratio pass loads 8 partials at once), ``+cscale`` (Adafactor.CSCALE: direction()'s column
-factors divided by the row mean once, in the mean pass), sums of them such as ``+recip+ptloads``, and the
+factors divided by the row mean once, in the mean pass), ``+rsqrt`` (Adafactor.RSQRT: the factors' reciprocal
+square roots once a row and a column, none an element), sums of them such as ``+recip+ptloads``, and the
 timing-only knock-outs ``x-dir``, ``x-div``, ``x-loads``, ``x-red`` (KNOCKOUTS: parts of update_norm's and apply's
 per-element work left out, results wrong on purpose).)
 (``--budget-s``: the precisions not started by then are left out, named at the end.)
@@ -44,7 +45,8 @@ KNOCKOUTS = {"x-dir": {"XK": 1},  # direction() is g: no aux load, no division, 
 
 def variant_switches(name: str) -> dict:
     """The class attributes of one ``--variants`` name (``default``: none; ``finish<F>``; a knock-out of
-    ``KNOCKOUTS``; ``+recip`` / ``-recip``, ``+ptloads`` / ``-ptloads``, ``+cscale`` / ``-cscale`` (on / off) and
+    ``KNOCKOUTS``; ``+recip`` / ``-recip``, ``+ptloads`` / ``-ptloads``, ``+cscale`` / ``-cscale``, ``+rsqrt`` /
+    ``-rsqrt`` (on / off) and
     their sums, e.g. ``-recip-ptloads``)."""
     if name == "default":
         return {}
@@ -52,7 +54,7 @@ def variant_switches(name: str) -> dict:
         return {"FINISH": int(name[6:])}
     if name in KNOCKOUTS:
         return dict(KNOCKOUTS[name])
-    known = {"recip": "RECIP", "ptloads": "PTLOADS", "cscale": "CSCALE"}
+    known = {"recip": "RECIP", "ptloads": "PTLOADS", "cscale": "CSCALE", "rsqrt": "RSQRT"}
     parts = re.findall(r"([+-])([a-z]+)", name)
     if not parts or "".join(a + b for a, b in parts) != name or not all(b in known for _, b in parts):
         raise ValueError(f"--variants: unknown variant {name!r}; expected default, finish<F> or sums of "

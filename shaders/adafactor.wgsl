@@ -16,18 +16,22 @@
 //   update_norm (elementwise)   V updated (unfactored); per-block sums of p*p (MERGE) and u*u
 //   ratio       (per tensor)    scale = -alpha / max(1, RMS(u)/d)  (the tensor's tensor_scalar)
 //   apply       (elementwise)   p = p*(1 - lr*wd) + scale*u
-// `aux` holds, per factored tensor at word A: R [B*m], C [B*n], RA [B*m], M [B], RS [B*ceil(m/WG)], CN [B*n] (their
-// first words: aux_c .. aux_cn; CN = C / max(M, eps1), written by the mean pass with Adafactor.CSCALE only); its
+// `aux` holds, per factored tensor at word A: R [B*m], C [B*n], RA [B*m], M [B], RS [B*ceil(m/WG)], CN [B*n], RR
+// [B*m] (their first words: aux_c .. aux_rr; CN = C / max(M, eps1), written by the mean pass with Adafactor.CSCALE
+// only, its rsq with RSQRT; RR = rsq(R), written by the finish pass with Adafactor.RSQRT only); its
 // column partials [B*nrt*n] at word CP; per unfactored tensor V [numel] at A. `tables`
 // (per chunk, whole vec4s an entry): AfRowsHead, AfFinishHead, then the AfSegment, AfColJob, AfJob and AfPair
 // tables they locate (structs and their readers tables_AfX(i) declared in rlx_gpu/optim/adafactor.py).
-// Record (rlx_gpu/optim/adafactor.py): decay, w, rho, eps1, eps2, d, sqrt_numel, inv_cols (f32); rows (m),
+// Record (rlx_gpu/optim/adafactor.py): decay, w, rho, eps1, eps2, d, sqrt_numel, inv_cols, inv_eps1 (f32); rows (m),
 // row_tiles, aux (A), cols (n), col_parts (CP), batch (B), numel (u32); flags FACTORED, DECAY, RECIP.
 override RT: u32 = 128u;  // rows per column job
 override RPW: u32 = 8u;  // row segments per workgroup in the rows pass (WG / RPW threads each)
 override FL: u32 = 1u;  // column partials the finish pass loads at once (Adafactor.FINISH: 1, 8 or 16)
 override RC: u32 = 0u;  // 1: direction() finds rows by a float32 reciprocal, not a division (Adafactor.RECIP)
 override CS: u32 = 0u;  // 1: the mean pass writes CN = C / max(M, eps1); direction() takes R * CN (Adafactor.CSCALE)
+// 1 (with CS): the finish pass also writes RR = rsq(R), the mean pass rsq(CN) into CN, and direction() takes
+// min(RR * CN, 1 / eps1) for rsqrt(max(R * CN, eps1^2)): no inverseSqrt an element (Adafactor.RSQRT)
+override RQ: u32 = 0u;
 // Timing only (benchmarks/adafactor_passes.py's knock-outs; results wrong on purpose, nothing in the package sets it):
 // 1 direction() is g; 2 no division by the row mean (nor its load; CS: the mean pass copies C into CN); 3 no aux
 // loads (constants from the record)
@@ -50,6 +54,19 @@ fn direction(r: Rec, e: u32, g: vec4<f32>) -> vec4<f32> {
         var b = batch_of(r, q);
         if (XK == 3u) {  // (timing only: the index arithmetic kept, no aux load)
             v = vec4<f32>(r.w * f32(b + c + q)) / r.eps1;
+        } else if (RQ == 1u && CS == 1u && (n & 3u) == 0u) {  // RSQRT: rsqrt(max(R CN, eps1^2)) as min(RR CN', 1/eps1)
+            let rq = aux[aux_rr(r) + q];
+            let cc = aux_cn(r) + b * n + c;
+            let x = vec4<f32>(rq * aux[cc], rq * aux[cc + 1u], rq * aux[cc + 2u], rq * aux[cc + 3u]);
+            return nan_min4(x, vec4<f32>(r.inv_eps1)) * g;
+        } else if (RQ == 1u && CS == 1u) {
+            var x: vec4<f32>;
+            for (var j = 0u; j < 4u; j++) {
+                x[j] = aux[aux_rr(r) + q] * aux[aux_cn(r) + b * n + c];
+                c = c + 1u;
+                if (c == n) { c = 0u; q = q + 1u; b = batch_of(r, q); }
+            }
+            return nan_min4(x, vec4<f32>(r.inv_eps1)) * g;
         } else if (CS == 1u && (n & 3u) == 0u) {  // CSCALE: CN holds C / max(M, eps1): v = R * CN
             let rq = aux[A + q];
             let cc = aux_cn(r) + b * n + c;
@@ -241,6 +258,12 @@ fn aux_ra(r: Rec) -> u32 { return aux_c(r) + r.batch * r.cols; }
 fn aux_m(r: Rec) -> u32 { return aux_ra(r) + r.batch * r.rows; }
 fn aux_rs(r: Rec) -> u32 { return aux_m(r) + r.batch; }
 fn aux_cn(r: Rec) -> u32 { return aux_rs(r) + r.batch * ((r.rows + WG - 1u) / WG); }
+fn aux_rr(r: Rec) -> u32 { return aux_cn(r) + r.batch * r.cols; }
+
+// 1 / sqrt(x) for RSQRT's factors (x >= 0 or NaN): inf at 0 (inverseSqrt(0) is undefined in SPIR-V), NaN kept.
+fn rsq(x: f32) -> f32 {
+    return select(select(inverseSqrt(x), bitcast<f32>(EXP_BITS), x == 0.0), x, is_nan(x));
+}
 
 // Column partials k..k+3 (of nrt, n words apart from word at; those past nrt read as the last one), and s plus
 // those below nrt one by one, in order (the column sums' order).
@@ -273,6 +296,7 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         let x = lerp1(aux[A + b * m + row], aux[ra] / f32(n), r.w);
         aux[A + b * m + row] = x;
         aux[ra] = 0.0;
+        if (RQ == 1u) { aux[aux_rr(r) + b * m + row] = rsq(x); }
         acc = x;
     } else if (live && job.axis == 1u && job.first + lid < n) {  // columns: C from the column partials (zeroed)
         let c = job.first + lid;
@@ -328,7 +352,10 @@ fn mean(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let n = r.cols;
         for (var c = lid; c < n; c = c + WG) {
             let cv = aux[aux_c(r) + b * n + c];
-            if (XK == 2u) { aux[aux_cn(r) + b * n + c] = cv; } else { aux[aux_cn(r) + b * n + c] = cv / rm; }
+            var cn = cv / rm;
+            if (XK == 2u) { cn = cv; }
+            if (RQ == 1u) { cn = rsq(cn); }
+            aux[aux_cn(r) + b * n + c] = cn;
         }
     }
 }

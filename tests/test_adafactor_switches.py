@@ -160,3 +160,37 @@ def test_adafactor_cscale_parity_many_tensors(opts, device):
     """test_parity.py's many-sizes run (12 steps, tensors dropped on some) with CSCALE on, against its twin."""
     cls = _variant("Adafactor", {"CSCALE": True})
     _parity_run(cls, cls.spec, opts, device)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_adafactor_rsqrt_is_its_twins_step(dtype, device):
+    """RSQRT (off by default: the finish pass keeps RR = rsq(R), the mean pass rsq(CN); direction() takes min(RR
+    CN', 1/eps1)) against its spec, reference.adafactor.AdafactorRsqrt, over four steps within the bound, float32
+    and bfloat16 params (pairs of vec4s), rows of a multiple of 4 and not, batches, an unfactored tensor; grads with
+    zero rows and a zero column (R = 0, C = 0: rsq's infinity clamped to 1/eps1, as torch's floor gives), and a
+    tensor absent on a step. RSQRT without CSCALE is refused by name."""
+    cls = _variant("Adafactor", {"RSQRT": True})
+    assert cls.spec is rlx_gpu.reference.adafactor.AdafactorRsqrt and cls.constants["RQ"] == 1
+    assert rlx_gpu.Adafactor.constants["RQ"] == 0 and rlx_gpu.Adafactor.spec is rlx_gpu.reference.Adafactor
+    dt = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
+    rng = np.random.default_rng(11)
+    shapes = [(50, 41), (3, 40, 164), (2, 20, 7), (33, 188), 77]
+    params = {f"t{i}": rng.standard_normal(s).astype(dt) for i, s in enumerate(shapes)}
+    gpu, twin = cls(params, device=device), cls.spec({n: p.astype(np.float32) for n, p in params.items()})
+    for s in range(4):
+        g = {n: rng.standard_normal(p.shape).astype(np.float32) for n, p in params.items()}
+        g["t0"][5:9] = 0  # (zero rows: R stays 0 on every step)
+        g["t3"][:, 7] = 0  # (a zero column)
+        if s == 2:
+            del g["t1"]
+        gpu.step({n: v.astype(dt) for n, v in g.items()})
+        twin.step({n: v.astype(dt).astype(np.float32) for n, v in g.items()})
+        if dtype == "bfloat16":  # the twin steps float32 params: the GPU's within bfloat16's rounding (2^-7
+            #                        relatively, stochastic or nearest), then the twin goes on from the GPU's
+            got = {n: v.astype(np.float32) for n, v in gpu.read_params().items()}
+            for n, v in got.items():
+                np.testing.assert_allclose(v, twin.params[n], rtol=2 ** -7, atol=1e-7, err_msg=f"{s} {n}")
+            twin.params.update(got)
+    assert_same(gpu, twin, f"Adafactor RSQRT {dtype}")
+    with pytest.raises(ValueError, match="RSQRT needs CSCALE"):
+        _variant("Adafactor", {"RSQRT": True, "CSCALE": False})(params, device=device)

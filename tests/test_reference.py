@@ -119,6 +119,9 @@ ORACLE = [
     # rlx_gpu.Adafactor.CSCALE's spec: v^ = R (C / mean) rounds otherwise than torch's (R C) / mean, within the bound
     (R.adafactor.AdafactorCScale, "Adafactor", [{}, {"weight_decay": 0.1, "lr": 0.05}, {"maximize": True, "d": 1.5},
                                                 {"eps": (1e-20, 1e-2), "beta2_decay": -0.5}]),
+    # rlx_gpu.Adafactor.RSQRT's spec: min(rsq(R) rsq(CN), 1/eps1) for rsqrt(max(R CN, eps1^2)), within the bound
+    (R.adafactor.AdafactorRsqrt, "Adafactor", [{}, {"weight_decay": 0.1, "lr": 0.05}, {"maximize": True, "d": 1.5},
+                                               {"eps": (1e-20, 1e-2), "beta2_decay": -0.5}]),
 ]
 # Extra torch arguments where our class fixes a choice torch leaves open.
 TORCH_EXTRA = {"NAdam": {"decoupled_weight_decay": True}}

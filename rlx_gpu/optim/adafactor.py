@@ -48,7 +48,8 @@ class Adafactor(Optimizer):
     """
     spec = ref.Adafactor
     shader = "adafactor.wgsl"
-    fields = ("decay", "w", "rho", "eps1", "eps2", "d", "sqrt_numel", "inv_cols", "rows:u32", "row_tiles:u32", "aux:u32",
+    fields = ("decay", "w", "rho", "eps1", "eps2", "d", "sqrt_numel", "inv_cols", "inv_eps1", "rows:u32", "row_tiles:u32",
+              "aux:u32",
               "cols:u32", "col_parts:u32", "batch:u32", "numel:u32")
     flags = ("factored", "decay", "recip")
     # Switches (a subclass may turn them off; each keeps every bit): MERGE: RMS(p)'s per-block sums taken by
@@ -65,12 +66,17 @@ class Adafactor(Optimizer):
     # takes v = R * CN, one multiply and four loads a vec4 instead of (R * C) / max(M, eps1)'s five loads and four
     # divisions; the spec is the twin that rounds the same way (rlx_gpu.reference.Adafactor, whose CSCALE is on too;
     # with it off, rlx_gpu.reference.adafactor.AdafactorDivided).
+    # RSQRT (off until measured; with CSCALE; it changes the rounding, so the twin follows it:
+    # rlx_gpu.reference.adafactor.AdafactorRsqrt): the finish pass keeps RR = 1/sqrt(R) beside R, the mean pass
+    # writes 1/sqrt(CN) for CN, and direction() takes min(RR CN', 1/eps1) for rsqrt(max(R CN, eps1^2)): no
+    # inverseSqrt, maximum or clamp an element (a multiply and a minimum).
     MERGE = True
     ROWCOLS = True
     FINISH = 16
     RECIP = True
     CSCALE = True
-    constants = {"RT": RT, "RPW": RPW, "FL": FINISH, "RC": int(RECIP), "CS": int(CSCALE)}  # (a subclass's:
+    RSQRT = False
+    constants = {"RT": RT, "RPW": RPW, "FL": FINISH, "RC": int(RECIP), "CS": int(CSCALE), "RQ": int(RSQRT)}  # (a subclass's:
     #                                                                                        __init_subclass__)
     passes = (Pass("rowcols", kind="custom"), Pass("finish", kind="custom"), Pass("mean", kind="custom"),
               Pass("update_norm", fn="update_norm", param="r", reduce="xy"),
@@ -83,9 +89,10 @@ class Adafactor(Optimizer):
         the class)."""
         super().__init_subclass__(**kwargs)
         cls.passes = cls.pass_list(cls.MERGE, cls.ROWCOLS)
-        cls.constants = {**cls.constants, "FL": cls.FINISH, "RC": int(bool(cls.RECIP)), "CS": int(bool(cls.CSCALE))}
+        cls.constants = {**cls.constants, "FL": cls.FINISH, "RC": int(bool(cls.RECIP)), "CS": int(bool(cls.CSCALE)),
+                         "RQ": int(bool(cls.RSQRT))}
         if "spec" not in vars(cls):
-            cls.spec = ref.Adafactor if cls.CSCALE else ref.AdafactorDivided
+            cls.spec = (ref.AdafactorRsqrt if cls.RSQRT else ref.Adafactor) if cls.CSCALE else ref.AdafactorDivided
 
     @staticmethod
     def pass_list(merge: bool, rowcols: bool) -> tuple:
@@ -101,17 +108,19 @@ class Adafactor(Optimizer):
         if self.FINISH not in (1, 8, 16) or isinstance(self.FINISH, bool):
             raise ValueError(f"{type(self).__name__}.FINISH must be 1, 8 or 16 (column partials loaded at once), "
                              f"got {self.FINISH!r}")
+        if self.RSQRT and not self.CSCALE:
+            raise ValueError(f"{type(self).__name__}.RSQRT needs CSCALE (its column factors are CN's)")
         super().__init__(params, *args, **kwargs)
         n = len(self._names)
         self._fact = np.array([ref.factored(self._shapes[x]) for x in self._names])
         self._dims = d = np.zeros(n, DIMS)
         off = 0
-        for t, name in enumerate(self._names):  # R, C, RA, M, RS per factored tensor; V per unfactored one
+        for t, name in enumerate(self._names):  # R, C, RA, M, RS, CN, RR per factored tensor; V per unfactored one
             shape = self._shapes[name]
             if self._fact[t]:
                 m, nn, B = shape[-2], shape[-1], int(np.prod(shape[:-2], dtype=np.int64))
                 d["m"][t], d["n"][t], d["B"][t], d["A"][t] = m, nn, B, off
-                off += 2 * B * m + 2 * B * nn + B + B * -(-m // self.WG)  # (the sections: aux_* in the shader)
+                off += 3 * B * m + 2 * B * nn + B + B * -(-m // self.WG)  # (the sections: aux_* in the shader)
             else:
                 d["A"][t] = off
                 off += int(np.prod(shape, dtype=np.int64))
@@ -183,7 +192,7 @@ class Adafactor(Optimizer):
         recip = self._fact[sel] & (d["B"] * d["m"] < 1 << 20) & (np.array(numel, np.int64) < 1 << 30)
         cols = dict(decay=1 - lr * wd, w=t ** g["beta2_decay"], rho=np.minimum(lr, 1 / np.sqrt(t)),
                     eps1=ref.eps1_of(g), eps2=g["eps"][1], d=g["d"], sqrt_numel=self._sqrt_numel[sel],
-                    inv_cols=1 / np.maximum(d["n"], 1),
+                    inv_cols=1 / np.maximum(d["n"], 1), inv_eps1=1 / ref.eps1_of(g),
                     rows=d["m"], row_tiles=-(-d["m"] // RT), aux=d["A"], cols=d["n"], col_parts=d["CP"],
                     batch=d["B"], numel=numel)
         return cols, dict(factored=self._fact[sel], decay=wd != 0, recip=recip)

@@ -43,6 +43,7 @@ class Adafactor(ReferenceOptimizer):
     all_state_names = ("row_var", "col_var", "variance")
     CSCALE = True  # v^ = R (C / max(mean_m(R), eps1)), the rounding of rlx_gpu.Adafactor.CSCALE (its default since
     #                the H200 measured it, PERF_NOTES 70); False: torch's (R C) / max(...), AdafactorDivided below
+    RSQRT = False  # (AdafactorRsqrt below: rlx_gpu.Adafactor.RSQRT's arithmetic)
     aux_states = all_state_names  # kept in float32 whatever state_dtype says: they are O(rows + cols), or the unfactored
     #                               second moment, which the GPU class keeps beside the factored ones
 
@@ -93,12 +94,17 @@ class Adafactor(ReferenceOptimizer):
             R[...] = lerp(R, (sumsq32(g, -1, keepdims=True) / g.shape[-1]).astype(F32), w)
             C[...] = lerp(C, (sumsq32(g, -2, keepdims=True) / g.shape[-2]).astype(F32), w)
             rowmean = np.maximum((sum32(R, -2, keepdims=True) / R.shape[-2]).astype(F32), F32(eps1))
-            vhat = R * (C / rowmean) if self.CSCALE else (R * C) / rowmean
+            vhat = None if self.RSQRT else R * (C / rowmean) if self.CSCALE else (R * C) / rowmean
         else:
             v = st["variance"]
             v[...] = lerp(v, g * g, w)
             vhat = v.copy()
-        u = F32(1) / np.sqrt(np.maximum(vhat, F32(eps1 * eps1))) * g
+        if vhat is None:  # RSQRT: min(rsq(R) rsq(C / rowmean), 1 / eps1) for rsqrt(max(R CN, eps1^2))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                x = (F32(1) / np.sqrt(R)) * (F32(1) / np.sqrt(C / rowmean))
+            u = np.minimum(x, F32(1 / eps1)) * g
+        else:
+            u = F32(1) / np.sqrt(np.maximum(vhat, F32(eps1 * eps1))) * g
         denom = py_max(1.0, rms(u) / d)
         p += F32(-alpha / denom) * u
 
@@ -114,3 +120,11 @@ class AdafactorDivided(Adafactor):
     """Adafactor with torch's v^ = (R * C) / max(mean_m(R), eps1), element by element: the spec of
     rlx_gpu.Adafactor with CSCALE off (its rounding before PERF_NOTES 70)."""
     CSCALE = False
+
+
+class AdafactorRsqrt(Adafactor):
+    """Adafactor with rsqrt(max(v^, eps1^2)) of a factored tensor as min(rsq(R) rsq(C / max(mean_m(R), eps1)),
+    1 / eps1), rsq(x) = 1 / sqrt(x) (inf at 0): rlx_gpu.Adafactor.RSQRT's arithmetic (the factors' reciprocal
+    square roots taken once a row and a column, not once an element); the same value but for rounding (and for a
+    product past float32's range, which the clamp no longer meets)."""
+    RSQRT = True
