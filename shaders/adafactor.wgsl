@@ -260,9 +260,11 @@ fn aux_rs(r: Rec) -> u32 { return aux_m(r) + r.batch; }
 fn aux_cn(r: Rec) -> u32 { return aux_rs(r) + r.batch * ((r.rows + WG - 1u) / WG); }
 fn aux_rr(r: Rec) -> u32 { return aux_cn(r) + r.batch * r.cols; }
 
-// 1 / sqrt(x) for RSQRT's factors (x >= 0 or NaN): inf at 0 (inverseSqrt(0) is undefined in SPIR-V), NaN kept.
+// 1 / sqrt(x) for RSQRT's factors (x >= 0 or NaN): +inf at +-0 (inverseSqrt(0) is undefined in SPIR-V), NaN kept.
+// The infinity is built from x's bits at run time: a constant inf is an error to Tint's constant evaluation.
 fn rsq(x: f32) -> f32 {
-    return select(select(inverseSqrt(x), bitcast<f32>(EXP_BITS), x == 0.0), x, is_nan(x));
+    let inf = bitcast<f32>((bitcast<u32>(x) & ABS_BITS) | EXP_BITS);
+    return select(select(inverseSqrt(x), inf, x == 0.0), x, is_nan(x));
 }
 
 // Column partials k..k+3 (of nrt, n words apart from word at; those past nrt read as the last one), and s plus
