@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import time
 
 import numpy as np
 
@@ -32,15 +31,6 @@ MODULES_KEPT, PIPELINES_KEPT = 128, 256  # per device: the least recently used b
 
 # wgpu-native's and Dawn's words for a device that is gone, in the validation errors of calls made on it
 _LOST_WORDS = ("device is lost", "device lost", "parent device is lost", "device is invalid", "[device] is lost")
-
-
-def _gone(device) -> bool:
-    """Whether wgpu-py has seen the device go: wgpu-native stops its poller in ``destroy()``; Dawn resolves the
-    device-lost promise when it next processes events (every wait does)."""
-    if getattr(device, "_poller", True) is None:
-        return True
-    promise = getattr(device, "_lost_promise", None)
-    return promise is not None and getattr(promise, "_state", "pending") != "pending"
 
 
 class Device:
@@ -136,7 +126,7 @@ class Device:
     @property
     def lost(self) -> bool:
         """Whether the device is gone (destroyed, or a call on it failed because it was lost)."""
-        if self._shared["lost"] is None and _gone(self.device):
+        if self._shared["lost"] is None and _impl.gone(self.device):
             self._mark_lost("the device was destroyed")
         return self._shared["lost"] is not None
 
@@ -267,34 +257,8 @@ def _request(adapter, host_mappable: bool, skip_validation: bool, robustness: bo
     required = {k: lim[k] for k in _impl.LIMITS if k in lim}
     feats = [f for f in _impl.FEATURES if f in have] + (["mappable-primary-buffers"] if host_mappable else [])
     device = _impl.request_device(adapter, feats, required, skip_validation, robustness)
-    _poll_without_blocking(device)
+    _impl.poll_without_blocking(device)
     return device
-
-
-POLL_SLEEP = 1e-4  # seconds between the non-blocking polls of a pending map request
-
-
-def _poll_without_blocking(device) -> None:
-    """Make wgpu-py resolve map requests with non-blocking polls.
-
-    wgpu-py 0.32 resolves them on a thread that calls ``wgpuDevicePoll(wait=True)`` while any is pending. That
-    wait holds the device's fence lock until the GPU is idle, so a ``queue.submit`` or ``write_buffer`` from the
-    main thread stalls until then, and the GPU idles while the host prepares the next step. Checked steps keep a
-    map request pending all the time (the outcome read back a step later), which made AdamW with GradScaler 0.3-1.2
-    ms per step slower on the H200 than the check's own cost (PERF_NOTES.md 20). A poll that never waits, every
-    0.1 ms while a request is pending, keeps the queue fed. Falls back to wgpu-py's own polling if its internals
-    differ."""
-    poller = getattr(device, "_poller", None)
-    func = getattr(poller, "_poll_func", None)
-    if func is None or getattr(func, "_rlx_nonblocking", False):
-        return
-
-    def poll(block, func=func):
-        func(False)
-        if block:
-            time.sleep(POLL_SLEEP)
-    poll._rlx_nonblocking, poll._rlx_original = True, func
-    poller._poll_func = poll
 
 
 _cache: dict = {}

@@ -19,11 +19,12 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import time
 
 __all__ = ["NAMES", "DEFAULT", "DAWN_TOGGLES", "LIMITS", "FEATURES", "set_implementation", "implementation", "wgpu",
            "load", "versions", "features", "native_feature", "subgroup_directive", "properties", "toggles",
            "skip_validation", "robustness",
-           "request_device"]
+           "request_device", "gone", "poll_without_blocking", "POLL_SLEEP"]
 
 NAMES = ("wgpu-native", "dawn")
 DEFAULT = "wgpu-native"
@@ -195,3 +196,38 @@ def request_device(adapter, required_features, required_limits, skip: bool = Fal
     from wgpudawn.backends.dawn import extras
     return extras.request_device_sync(adapter, required_features=feats, required_limits=required_limits,
                                       enable_toggles=dawn_toggles)
+
+
+def gone(device) -> bool:
+    """Whether wgpu-py has seen the device go: wgpu-native stops its poller in ``destroy()``; Dawn resolves the
+    device-lost promise when it next processes events (every wait does)."""
+    if getattr(device, "_poller", True) is None:
+        return True
+    promise = getattr(device, "_lost_promise", None)
+    return promise is not None and getattr(promise, "_state", "pending") != "pending"
+
+
+POLL_SLEEP = 1e-4  # seconds between the non-blocking polls of a pending map request
+
+
+def poll_without_blocking(device) -> None:
+    """Make wgpu-py resolve map requests with non-blocking polls.
+
+    wgpu-py 0.32 resolves them on a thread that calls ``wgpuDevicePoll(wait=True)`` while any is pending. That
+    wait holds the device's fence lock until the GPU is idle, so a ``queue.submit`` or ``write_buffer`` from the
+    main thread stalls until then, and the GPU idles while the host prepares the next step. Checked steps keep a
+    map request pending all the time (the outcome read back a step later), which made AdamW with GradScaler 0.3-1.2
+    ms per step slower on the H200 than the check's own cost (PERF_NOTES.md 20). A poll that never waits, every
+    0.1 ms while a request is pending, keeps the queue fed. Falls back to wgpu-py's own polling if its internals
+    differ."""
+    poller = getattr(device, "_poller", None)
+    func = getattr(poller, "_poll_func", None)
+    if func is None or getattr(func, "_rlx_nonblocking", False):
+        return
+
+    def poll(block, func=func):
+        func(False)
+        if block:
+            time.sleep(POLL_SLEEP)
+    poll._rlx_nonblocking, poll._rlx_original = True, func
+    poller._poll_func = poll
