@@ -2,7 +2,8 @@
 // dispatch (workgroup z = matrix; split K: (matrix, chunk), each chunk's product into a slab of its own, then
 // thin_sum), op = transpose where asked (by indexing: row-major storage throughout, each operand
 // with its own row stride, so sub-blocks of larger matrices are operands too). Tiles of 128 x 128 outputs per
-// workgroup, 8 x 8 per thread, K in steps of 8 through workgroup memory; any M, N, K (edges masked).
+// workgroup, 8 x 8 per thread, K in steps of 8 through workgroup memory (PF: the next step's loads in registers
+// while one is summed); any M, N, K (edges masked).
 // gp (struct Gemm, declared in rlx_gpu/linalg/record.py): M, N, K, ta, tb; a_off, b_off, c_off (elements);
 //   a_bs, b_bs, c_bs (batch strides); alpha, beta; tiles_n, tiles_m (column and row tiles); batch; lda, ldb, ldc (the
 //   row strides of A, B, C as stored: A[m lda + k], or A[k lda + m] with ta); chunks (gemm_thin's; gemm's split K:
@@ -26,6 +27,41 @@ const TM: u32 = 128u;  // outputs per workgroup along m and n
 const TK: u32 = 8u;    // k per tile
 var<workgroup> As: array<vec4<T>, 256>;  // [k][m / 4]
 var<workgroup> Bs: array<vec4<T>, 256>;  // [k][n / 4]
+// 0: each slab staged, then summed (the first version); 1: the next slab's loads into registers while this one is
+// summed (load_slab, store_slab: the same values in the same places, so the same sums); 2: 1, with the edge checks
+// left out of slabs that lie inside both operands (rlx_gpu/linalg/record.py PREFETCH)
+override PF: u32 = 0u;
+
+// The slab k0 .. k0 + TK of op(A) and op(B) that stage_tiles stages, into registers (TK TM / 256 = 4 of each a
+// thread: r-th at idx = li + 256 r); store_slab writes them where stage_tiles does.
+struct Slab { a: vec4<f32>, b: vec4<f32> }
+
+fn load_slab(li: u32, m0: u32, n0: u32, k0: u32, abase: u32, bbase: u32, K: u32) -> Slab {
+    let M = gp.M; let N = gp.N;
+    let ta = gp.ta != 0u; let tb = gp.tb != 0u;
+    let LA = gp.lda; let LB = gp.ldb;
+    let inside = PF == 2u && m0 + TM <= M && n0 + TM <= N && k0 + TK <= K;  // (uniform: no edge in this slab)
+    var s = Slab(vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var r = 0u; r < 4u; r++) {
+        let idx = li + r * 256u;
+        let m = m0 + select(idx % TM, idx / TK, !ta); let k = k0 + select(idx / TM, idx % TK, !ta);
+        if (inside || (m < M && k < K)) { s.a[r] = A[abase + select(m * LA + k, k * LA + m, ta)]; }
+        let n = n0 + select(idx % TM, idx / TK, tb); let k2 = k0 + select(idx / TM, idx % TK, tb);
+        if (inside || (n < N && k2 < K)) { s.b[r] = B[bbase + select(k2 * LB + n, n * LB + k2, tb)]; }
+    }
+    return s;
+}
+
+fn store_slab(li: u32, s: Slab) {
+    let ta = gp.ta != 0u; let tb = gp.tb != 0u;
+    for (var r = 0u; r < 4u; r++) {
+        let idx = li + r * 256u;
+        let kk = select(idx / TM, idx % TK, !ta); let xx = select(idx % TM, idx / TK, !ta);
+        As[kk * 32u + xx / 4u][xx % 4u] = s.a[r];
+        let kb = select(idx / TM, idx % TK, tb); let yb = select(idx % TM, idx / TK, tb);
+        Bs[kb * 32u + yb / 4u][yb % 4u] = s.b[r];
+    }
+}
 
 @compute @workgroup_size(16, 16)
 fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -53,10 +89,13 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var c5a = vec4<f32>(0.0); var c5b = vec4<f32>(0.0);
     var c6a = vec4<f32>(0.0); var c6b = vec4<f32>(0.0);
     var c7a = vec4<f32>(0.0); var c7b = vec4<f32>(0.0);
+    var next = Slab(vec4<f32>(0.0), vec4<f32>(0.0));
+    if (PF != 0u) { next = load_slab(li, m0, n0, 0u, abase, bbase, K); }
     for (var k0 = 0u; k0 < K; k0 = k0 + TK) {
-        stage_tiles(li, m0, n0, k0, abase, bbase, K);
+        if (PF == 0u) { stage_tiles(li, m0, n0, k0, abase, bbase, K); } else { store_slab(li, next); }
         workgroupBarrier();
-        for (var kk = 0u; kk < TK; kk++) {
+        if (PF != 0u && k0 + TK < K) { next = load_slab(li, m0, n0, k0 + TK, abase, bbase, K); }  // (in flight
+        for (var kk = 0u; kk < TK; kk++) {                                                          //  while summed)
             let a0 = As[kk * 32u + lid.y * 2u];
             let a1 = As[kk * 32u + lid.y * 2u + 1u];
             let b0 = Bs[kk * 32u + lid.x];

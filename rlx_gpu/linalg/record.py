@@ -24,6 +24,10 @@ THIN, TCH = 64, 4096  # a long K with at most THIN outputs a matrix: chunks of T
 # SPLIT = False: one workgroup a tile, as before (other sums, so not the same bits).
 SPLIT = True
 SPLIT_BELOW, SPLIT_WORKGROUPS, SPLIT_K, SPLIT_BYTES = 400, 512, 256, 1 << 26
+# The float32 GEMM's staging (shaders/gemm.wgsl's PF): 0 each K step's slab loaded and staged, then summed (the
+# first version); 1 the next slab's loads held in registers while this one is summed; 2 as 1, without the edge
+# checks in slabs inside both operands. The same values staged in the same places: the same bits (PERF_NOTES 76).
+PREFETCH = 0
 # Matrices of up to FROB_ONE elements get their Frobenius scaling from one workgroup each (two loops of count/256
 # a thread); larger ones in two passes over chunks of FCH (shaders/gemm.wgsl frob_part, frob_apply).
 FROB_ONE, FCH = 1 << 22, 16384
@@ -82,7 +86,7 @@ def gemm(dev, enc, a, b, c, M, N, K, *, ta=False, tb=False, offsets=(0, 0, 0), s
     if chunks > 1:
         return _gemm_split(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta, batch, keep, cache,
                            (lda, ldb, ldc), chunks, kc)
-    k = shipped_kernel(dev, "gemm16.wgsl", "gemm16") if f16 else shipped_kernel(dev, "gemm.wgsl", "gemm")
+    k = shipped_kernel(dev, "gemm16.wgsl", "gemm16") if f16 else _gemm_kernel(dev)
     for k0 in range(0, max(K, 1), KSPLIT):  # (one dispatch unless K > KSPLIT)
         oa, ob = offsets[0] + (k0 * lda if ta else k0), offsets[1] + (k0 if tb else k0 * ldb)
         words = GEMM.pack(M=M, N=N, K=min(KSPLIT, K - k0), ta=int(ta), tb=int(tb), a_off=oa, b_off=ob,
@@ -105,6 +109,12 @@ def _gemm_thin(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, beta
     for entry, groups in (("gemm_thin", batch * chunks), ("thin_sum", -(-batch * M * N // 256))):
         k = shipped_kernel(dev, "gemm.wgsl", entry)
         k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": c, "P": part, "gp": pbuf}), groups)
+
+
+def _gemm_kernel(dev):
+    if PREFETCH not in (0, 1, 2):
+        raise ValueError(f"linalg.record.PREFETCH: expected 0, 1 or 2, got {PREFETCH!r}")
+    return shipped_kernel(dev, "gemm.wgsl", "gemm", **({"PF": PREFETCH} if PREFETCH else {}))
 
 
 def split_k(M: int, N: int, K: int, batch: int) -> tuple[int, int]:
@@ -130,7 +140,7 @@ def _gemm_split(dev, enc, a, b, c, M, N, K, ta, tb, offsets, strides, alpha, bet
     words = GEMM.pack(M=M, N=N, K=K, ta=int(ta), tb=int(tb), a_off=offsets[0], b_off=offsets[1], c_off=0,
                       a_bs=strides[0], b_bs=strides[1], c_bs=M * N, alpha=1.0, beta=0.0, tiles_n=tn, tiles_m=tm,
                       batch=batch * chunks, lda=lds[0], ldb=lds[1], ldc=N, chunks=chunks, kc=kc)
-    k = shipped_kernel(dev, "gemm.wgsl", "gemm")
+    k = _gemm_kernel(dev)
     k.dispatch(enc, _bind(k, cache, {"A": a, "B": b, "C": part, "gp": _prm(dev, words, "gemm.prm", keep, cache)}),
                tn * tm * batch * chunks)
     words = GEMM.pack(M=M, N=N, K=K, ta=int(ta), tb=int(tb), a_off=0, b_off=0, c_off=offsets[2], a_bs=0, b_bs=0,
