@@ -60,7 +60,7 @@ def gemm_figures(dev, timer, div, variants, out):
             linalg.gemm(dev, enc, a, b, c, M, N, K, ta=ta, tb=tb, batch=batch, keep=keep)
             dev.submit(enc)
         for pf in variants:
-            out["figures"][f"gemm pf{pf} {name}"] = under(pf, lambda run=run, flop=flop: flop / timer.calibrated(
+            out["figures"][f"gemm_tflops pf{pf} {name}"] = under(pf, lambda run=run, flop=flop: flop / timer.calibrated(
                 run, 3, probe=1)[0] / 1e12)
 
 
