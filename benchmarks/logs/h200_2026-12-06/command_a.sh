@@ -1,11 +1,10 @@
 #!/bin/bash
-# session 2026-12-06, command A (the session's one H200 command): the float32 GEMM's staging variants (PERF_NOTES 76)
-# and Adafactor.RSQRT (PERF_NOTES 75): their tests on wgpu-native first (the same bits, on NVIDIA's compiler), then
-# the GEMMs and the Muon / Kron / SOAP float32 steps with PREFETCH 0 / 1 / 2 beside torch.optim.Muon and
-# pytorch_optimizer, then Adafactor default / +rsqrt / x-dir, then the same tests on Dawn
+# session 2026-12-06, command A (the session's one H200 command, cut to the ~5 device minutes left after four
+# machine starts failed): the float32 GEMM's staging variants (PERF_NOTES 76) and Adafactor.RSQRT (PERF_NOTES 75):
+# the staging's same-bits tests on wgpu-native (NVIDIA's compiler), the GEMMs and the Muon / Kron float32 steps with
+# PREFETCH 0 / 1 / 2 beside torch.optim.Muon and pytorch_optimizer's Kron, then Adafactor default / +rsqrt / x-dir
 source .gl/gpu_env.sh || exit 1
 export PYTHONUNBUFFERED=1
-timeout 60 python3 -m pytest -q tests/test_gemm_staging.py tests/test_adafactor_switches.py > $OUT/tests_wgpu.txt 2>&1; tail -n 2 $OUT/tests_wgpu.txt
-timeout 150 python3 -u benchmarks/gemm_staging.py --budget 85 --json $OUT/gemm_staging.json > $OUT/gemm_staging.txt 2>&1; sed -n "/^{/,/^}/p" $OUT/gemm_staging.txt | grep -E "gemm_tflops|_ms\"|vs_baseline|error|stopping" | head -n 60; grep -E "error|stopping" $OUT/gemm_staging.txt | head
-PYTHONPATH=.:$PYTHONPATH timeout 110 python3 -u benchmarks/adafactor_passes.py --precisions bf16,f16,fp32 --variants default,+rsqrt,x-dir --budget-s 80 --json $OUT/ada_rsqrt.json > $OUT/ada_rsqrt.txt 2>&1; grep -E "whole|^[0-9]+ s" $OUT/ada_rsqrt.txt
-RLX_GPU_IMPLEMENTATION=dawn timeout 45 python3 -m pytest -q tests/test_gemm_staging.py tests/test_adafactor_switches.py -k "staging or rsqrt or cscale" > $OUT/tests_dawn.txt 2>&1; tail -n 2 $OUT/tests_dawn.txt
+timeout 40 python3 -m pytest -q -x tests/test_gemm_staging.py > $OUT/tests_wgpu.txt 2>&1; tail -n 2 $OUT/tests_wgpu.txt
+timeout 110 python3 -u benchmarks/gemm_staging.py --only gemm,muon,kron --budget 45 --json $OUT/gemm_staging.json > $OUT/gemm_staging.txt 2>&1; sed -n "/^{/,/^}/p" $OUT/gemm_staging.txt | grep -E "gemm_tflops|_ms\"|vs_baseline|error|stopping" | head -n 60; grep -E "error|stopping" $OUT/gemm_staging.txt | head
+PYTHONPATH=.:$PYTHONPATH timeout 70 python3 -u benchmarks/adafactor_passes.py --precisions bf16,fp32 --variants default,+rsqrt,x-dir --budget-s 40 --json $OUT/ada_rsqrt.json > $OUT/ada_rsqrt.txt 2>&1; grep -E "whole|^[0-9]+ s" $OUT/ada_rsqrt.txt
