@@ -87,8 +87,8 @@ def step_figures(args, dev, torch, params, grads, variants, which, out):
             import pytorch_optimizer as po
         except ImportError:
             continue
-        make = (lambda: po.Kron(tps, lr=1e-3, pre_conditioner_update_probability=1.0)) if name == "kron" else (
-            lambda: po.SOAP(tps, lr=3e-3))
+        make = (lambda tps=tps: po.Kron(tps, lr=1e-3, pre_conditioner_update_probability=1.0)) if name == "kron" else (
+            lambda tps=tps: po.SOAP(tps, lr=3e-3))
         variant(out, f"po_{name}", make, torch.cuda.synchronize,
                 lambda o: wall_ms(o.step, torch.cuda.synchronize, args.steps, 1))
 
