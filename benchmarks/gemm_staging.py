@@ -55,9 +55,11 @@ def gemm_figures(dev, timer, div, variants, out):
         flop = 2.0 * M * N * K * batch
         out["gemm_shapes"][name] = [M, N, K, batch, ta, tb]
 
-        def run(a=a, b=b, c=c, M=M, N=N, K=K, batch=batch, ta=ta, tb=tb):
-            enc, keep = dev.device.create_command_encoder(), []
-            linalg.gemm(dev, enc, a, b, c, M, N, K, ta=ta, tb=tb, batch=batch, keep=keep)
+        cache = {}  # (the shape's parameter buffers and bind groups, made once)
+
+        def run(a=a, b=b, c=c, M=M, N=N, K=K, batch=batch, ta=ta, tb=tb, cache=cache):
+            enc = dev.device.create_command_encoder()
+            linalg.gemm(dev, enc, a, b, c, M, N, K, ta=ta, tb=tb, batch=batch, cache=cache)
             dev.submit(enc)
         for pf in variants:
             out["figures"][f"gemm_tflops pf{pf} {name}"] = under(pf, lambda run=run, flop=flop: flop / timer.calibrated(

@@ -37,29 +37,26 @@ override PF: u32 = 0u;
 struct Slab { a: vec4<f32>, b: vec4<f32> }
 
 fn load_slab(li: u32, m0: u32, n0: u32, k0: u32, abase: u32, bbase: u32, K: u32) -> Slab {
-    let M = gp.M; let N = gp.N;
     let ta = gp.ta != 0u; let tb = gp.tb != 0u;
-    let LA = gp.lda; let LB = gp.ldb;
-    let inside = PF == 2u && m0 + TM <= M && n0 + TM <= N && k0 + TK <= K;  // (uniform: no edge in this slab)
+    let inside = PF == 2u && m0 + TM <= gp.M && n0 + TM <= gp.N && k0 + TK <= K;  // (uniform: no edge in this slab)
     var s = Slab(vec4<f32>(0.0), vec4<f32>(0.0));
     for (var r = 0u; r < 4u; r++) {
-        let idx = li + r * 256u;
-        let m = m0 + select(idx % TM, idx / TK, !ta); let k = k0 + select(idx / TM, idx % TK, !ta);
-        if (inside || (m < M && k < K)) { s.a[r] = A[abase + select(m * LA + k, k * LA + m, ta)]; }
-        let n = n0 + select(idx % TM, idx / TK, tb); let k2 = k0 + select(idx / TM, idx % TK, tb);
-        if (inside || (n < N && k2 < K)) { s.b[r] = B[bbase + select(k2 * LB + n, n * LB + k2, tb)]; }
+        let pa = slab_place(li + r * 256u, !ta);
+        let m = m0 + pa.y; let k = k0 + pa.x;
+        if (inside || (m < gp.M && k < K)) { s.a[r] = A[abase + stored_at(m, k, gp.lda, ta)]; }
+        let pb = slab_place(li + r * 256u, tb);
+        let n = n0 + pb.y; let k2 = k0 + pb.x;
+        if (inside || (n < gp.N && k2 < K)) { s.b[r] = B[bbase + stored_at(n, k2, gp.ldb, !tb)]; }
     }
     return s;
 }
 
 fn store_slab(li: u32, s: Slab) {
-    let ta = gp.ta != 0u; let tb = gp.tb != 0u;
     for (var r = 0u; r < 4u; r++) {
-        let idx = li + r * 256u;
-        let kk = select(idx / TM, idx % TK, !ta); let xx = select(idx % TM, idx / TK, !ta);
-        As[kk * 32u + xx / 4u][xx % 4u] = s.a[r];
-        let kb = select(idx / TM, idx % TK, tb); let yb = select(idx % TM, idx / TK, tb);
-        Bs[kb * 32u + yb / 4u][yb % 4u] = s.b[r];
+        let pa = slab_place(li + r * 256u, gp.ta == 0u);
+        As[pa.x * 32u + pa.y / 4u][pa.y % 4u] = s.a[r];
+        let pb = slab_place(li + r * 256u, gp.tb != 0u);
+        Bs[pb.x * 32u + pb.y / 4u][pb.y % 4u] = s.b[r];
     }
 }
 

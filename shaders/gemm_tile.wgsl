@@ -9,24 +9,30 @@
 // components of the staging vectors: WGSL makes each component its own memory location (llvmpipe and NVIDIA's
 // driver honour that for 16-bit ones too).
 fn stage_tiles(li: u32, m0: u32, n0: u32, k0: u32, abase: u32, bbase: u32, K: u32) {
-    let M = gp.M; let N = gp.N;
     let ta = gp.ta != 0u; let tb = gp.tb != 0u;
-    let LA = gp.lda; let LB = gp.ldb;
     for (var r = 0u; r < TK * TM / 256u; r++) {
-        let idx = li + r * 256u;
-        let kk = select(idx / TM, idx % TK, !ta);
-        let xx = select(idx % TM, idx / TK, !ta);
-        let m = m0 + xx; let k = k0 + kk;
+        let pa = slab_place(li + r * 256u, !ta);
+        let m = m0 + pa.y; let k = k0 + pa.x;
         var va = T(0.0);
-        if (m < M && k < K) { va = A[abase + select(m * LA + k, k * LA + m, ta)]; }
-        As[kk * 32u + xx / 4u][xx % 4u] = va;
-        let kb = select(idx / TM, idx % TK, tb);
-        let yb = select(idx % TM, idx / TK, tb);
-        let n = n0 + yb; let k2 = k0 + kb;
+        if (m < gp.M && k < K) { va = A[abase + stored_at(m, k, gp.lda, ta)]; }
+        As[pa.x * 32u + pa.y / 4u][pa.y % 4u] = va;
+        let pb = slab_place(li + r * 256u, tb);
+        let n = n0 + pb.y; let k2 = k0 + pb.x;
         var vb = T(0.0);
-        if (n < N && k2 < K) { vb = B[bbase + select(k2 * LB + n, n * LB + k2, tb)]; }
-        Bs[kb * 32u + yb / 4u][yb % 4u] = vb;
+        if (n < gp.N && k2 < K) { vb = B[bbase + stored_at(n, k2, gp.ldb, !tb)]; }
+        Bs[pb.x * 32u + pb.y / 4u][pb.y % 4u] = vb;
     }
+}
+
+// Element idx of a staged slab: (its k within the slab, its row of op(A) or column of op(B) within the tile),
+// neighbouring idx along k where the stored matrix runs along k (``along_k``: A as (M, K), B transposed as (N, K)).
+fn slab_place(idx: u32, along_k: bool) -> vec2<u32> {
+    return select(vec2<u32>(idx / TM, idx % TM), vec2<u32>(idx % TK, idx / TK), along_k);
+}
+
+// The offset of (x, k) in an operand stored with row stride `ld`: x's row (x ld + k), or, transposed, k's row.
+fn stored_at(x: u32, k: u32, ld: u32, transposed: bool) -> u32 {
+    return select(x * ld + k, k * ld + x, transposed);
 }
 
 // Outputs (m, n .. n + 3) of C at `base`: alpha v + beta C in float32 (C read only where beta != 0), rounded to T
