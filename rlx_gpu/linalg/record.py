@@ -27,6 +27,7 @@ SPLIT_BELOW, SPLIT_WORKGROUPS, SPLIT_K, SPLIT_BYTES = 400, 512, 256, 1 << 26
 # The float32 GEMM's staging (shaders/gemm.wgsl's PF): 0 each K step's slab loaded and staged, then summed (the
 # first version); 1 the next slab's loads held in registers while this one is summed; 2 as 1, without the edge
 # checks in slabs inside both operands. The same values staged in the same places: the same bits (PERF_NOTES 76).
+# 0 is the H100's choice: 1 and 2 ran 27-35% slower at every shape measured (the held values cost occupancy).
 PREFETCH = 0
 # Matrices of up to FROB_ONE elements get their Frobenius scaling from one workgroup each (two loops of count/256
 # a thread); larger ones in two passes over chunks of FCH (shaders/gemm.wgsl frob_part, frob_apply).

@@ -66,10 +66,10 @@ class Adafactor(Optimizer):
     # takes v = R * CN, one multiply and four loads a vec4 instead of (R * C) / max(M, eps1)'s five loads and four
     # divisions; the spec is the twin that rounds the same way (rlx_gpu.reference.Adafactor, whose CSCALE is on too;
     # with it off, rlx_gpu.reference.adafactor.AdafactorDivided).
-    # RSQRT (off until measured; with CSCALE; it changes the rounding, so the twin follows it:
-    # rlx_gpu.reference.adafactor.AdafactorRsqrt): the finish pass keeps RR = 1/sqrt(R) beside R, the mean pass
-    # writes 1/sqrt(CN) for CN, and direction() takes min(RR CN', 1/eps1) for rsqrt(max(R CN, eps1^2)): no
-    # inverseSqrt, maximum or clamp an element (a multiply and a minimum).
+    # RSQRT (off: the H100's choice, bf16 -1.5% a step but f16 +4%, PERF_NOTES 75; with CSCALE; it changes the
+    # rounding, so the twin follows it: rlx_gpu.reference.adafactor.AdafactorRsqrt): the finish pass keeps
+    # RR = 1/sqrt(R) beside R, the mean pass writes 1/sqrt(CN) for CN, and direction() takes min(RR CN', 1/eps1)
+    # for rsqrt(max(R CN, eps1^2)): no inverseSqrt, maximum or clamp an element (a multiply and a minimum).
     MERGE = True
     ROWCOLS = True
     FINISH = 16
