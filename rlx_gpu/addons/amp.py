@@ -33,10 +33,26 @@ from ..runtime.params import Params, declare
 __all__ = ["GradScaler"]
 
 F32 = np.float32
+F32_MAX = float(np.finfo(np.float32).max)
 #: The scaler's device state, by name (shaders/amp.wgsl ``ls``); it begins with the device loss-scale protocol's
 #: fields (LOSS_SCALE_HEAD: rlx_gpu/engine/steps.py; shaders/gate.wgsl reads them by name).
 LOSS_SCALE = Params("LossScale", *LOSS_SCALE_HEAD, "growth:f32", "backoff:f32", "interval")
 declare("amp.wgsl", LOSS_SCALE)
+
+
+def _check_settings(scale, growth_factor, backoff_factor, growth_interval) -> None:
+    """torch's checks of a scaler's settings (and a finite, positive scale); ValueError naming the first bad one."""
+    def number(x):
+        return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+    if not (number(growth_factor) and growth_factor > 1.0):
+        raise ValueError(f"The growth factor must be > 1.0, got {growth_factor}")
+    if not (number(backoff_factor) and 0.0 < backoff_factor < 1.0):
+        raise ValueError(f"The backoff factor must be < 1.0 and > 0, got {backoff_factor}")
+    if not (isinstance(growth_interval, (int, np.integer)) and not isinstance(growth_interval, bool)
+            and growth_interval > 0):
+        raise ValueError(f"growth_interval must be a positive int, got {growth_interval}")
+    if not (number(scale) and math.isfinite(scale) and 0 < scale <= F32_MAX):
+        raise ValueError(f"init_scale must be finite and > 0 (and within float32's range), got {scale!r}")
 
 
 class GradScaler:
@@ -55,14 +71,7 @@ class GradScaler:
 
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
                  enabled=True):
-        if not (growth_factor > 1.0):
-            raise ValueError(f"The growth factor must be > 1.0, got {growth_factor}")
-        if not (0.0 < backoff_factor < 1.0):
-            raise ValueError(f"The backoff factor must be < 1.0 and > 0, got {backoff_factor}")
-        if not (isinstance(growth_interval, int) and growth_interval > 0):
-            raise ValueError(f"growth_interval must be a positive int, got {growth_interval}")
-        if not (math.isfinite(init_scale) and init_scale > 0):
-            raise ValueError(f"init_scale must be finite and > 0, got {init_scale}")
+        _check_settings(init_scale, growth_factor, backoff_factor, growth_interval)
         #: Serialises this scaler's calls (re-entrant); hold it to make step() and update() one unit.
         self.lock = threading.RLock()
         self._scale = F32(init_scale)  # float32, as torch's scale tensor
@@ -213,8 +222,21 @@ class GradScaler:
 
     @locked
     def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s values, checked as the constructor checks them (and the growth tracker a
+        count >= 0) before any changes."""
         if not self._enabled:
             return
+        keys = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
+        if not isinstance(state, dict) or any(k not in state for k in keys):
+            raise ValueError(f"GradScaler.load_state_dict: expected a dict with {list(keys)}, got "
+                             f"{sorted(state) if isinstance(state, dict) else type(state).__name__}")
+        try:
+            _check_settings(state["scale"], state["growth_factor"], state["backoff_factor"], state["growth_interval"])
+        except ValueError as e:
+            raise ValueError(f"GradScaler.load_state_dict: {e}") from None
+        t = state["_growth_tracker"]
+        if not (isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t >= 0):
+            raise ValueError(f"GradScaler.load_state_dict: _growth_tracker must be an int >= 0, got {t!r}")
         self._scale = F32(state["scale"])
         self._growth_factor = float(state["growth_factor"])
         self._backoff_factor = float(state["backoff_factor"])

@@ -65,9 +65,10 @@ def from_torch_state_dict(sd: dict, names) -> dict:
     if not isinstance(names, (list, tuple)):
         keep = set(names.defaults) | {"initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum"}
         fixed = _torch_keys(names)
+        forced = getattr(getattr(type(names), "spec", None) or type(names), "torch_forced_keys", ())
         for g in sd["param_groups"]:
             for k, want in fixed.items():
-                if k in g and g[k] != want:
+                if k in g and g[k] != want and k not in forced:
                     raise ValueError(f"from_torch_state_dict: the torch state has {k}={g[k]!r}, but "
                                      f"{type(names).__name__} is torch's optimizer with {k}={want!r}")
         names = [n for g in native_groups(names) for n in g["params"]]

@@ -28,6 +28,7 @@ import numpy as np
 from .atomic import write_atomic
 from .checkpoint_file import FORMAT, VERSION, peek, read, word
 from .groups import resolve_lr_scale
+from .torchio import plain_hyper
 from .lowp import as_bits, dtype_of
 
 SAVED_OPTIONS = ("clip_grad_norm", "skip_nonfinite", "master_weights", "stochastic_rounding", "rounding_seed",
@@ -48,6 +49,12 @@ def save(opt, path) -> None:
     with opt.lock:  # params and state of the same step
         sd = opt.numpy_state_dict()  # (rlx_gpu's format, also for a torch-built optimizer)
         params = opt.read_params()
+    spec = getattr(opt, "spec", type(opt))  # (a GPU class's twin, or the twin itself)
+    for g in sd["param_groups"]:  # (what load() would refuse is refused before the old file is touched)
+        try:
+            spec.validate(plain_hyper(spec.__name__, g))  # (a 1-element tensor lr as its float, as a step takes it)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{os.fspath(path)}: not saved ({e}); nothing was written") from e
     names = list(params)
     index = {n: i for i, n in enumerate(names)}
     arrays = {f"param/{i}": np.array(as_bits(params[n]), order="C") for i, n in enumerate(names)}  # (0-d kept)

@@ -29,6 +29,8 @@ def ctor_options(opt) -> dict:
 def named_group(group: dict, count: int) -> dict:
     """A new group's tensors or arrays by name: given as a list (torch's way), numbered after the ``count`` there
     are (as torch numbers them)."""
+    if not isinstance(group, dict):
+        raise TypeError(f"add_param_group: param_group must be a dict with 'params', got {type(group).__name__}")
     group = dict(group)
     items = group.get("params")
     if items is not None and not isinstance(items, dict):

@@ -11,6 +11,7 @@ from numbers import Real
 import numpy as np
 
 from .lowp import dtype_of, round_rne
+from .torchio import plain_hyper
 
 #: The state name of a 16-bit parameter's float32 master copy (``master_weights=True``).
 MASTER = "master_param"
@@ -22,6 +23,7 @@ _MESSAGES = {
 }
 # Hyperparameters that may be negative (still finite); their optimizer checks the sign it needs.
 _SIGNED = {"dampening", "beta2_decay"}
+_F32_MAX = float(np.finfo(np.float32).max)
 
 #: The largest step count a tensor reaches: counters saturate there instead of wrapping, and a state dict or
 #: checkpoint holding a larger one is refused. 2**53 is the last count float64 (the bias corrections' type)
@@ -86,6 +88,17 @@ def validate_group(owner: str, group: dict, defaults: dict) -> None:
                 raise TypeError(f"{owner}: {name} must be a number, got {v!r}")
             if not _finite(v) or (name not in _SIGNED and not v >= 0.0):
                 raise _bad(name, v)
+            if abs(v) > _F32_MAX:  # (a step's records are float32: past its range the value would be inf there)
+                raise ValueError(f"{owner}: {name} must be within float32's range (|x| <= {_F32_MAX:.7g}), got {v!r}")
+
+
+def checked_lr(spec, groups: list, lr):
+    """``lr`` as every group will hold it (a 1-element tensor as a float), checked as a step would check it (its
+    type and range, then the spec's checks across each group) before any group changes: ``set_lr``'s check."""
+    lr = plain_hyper(spec.__name__, {"lr": lr})["lr"]
+    for g in groups:
+        spec.validate({**g, "lr": lr}, ["lr"])
+    return lr
 
 
 def parse_params(owner: str, params, defaults: dict):

@@ -99,3 +99,24 @@ def clip_coef(total, max_norm) -> np.float32:
     with np.errstate(invalid="ignore", divide="ignore"):
         q = F32(max_norm) / (F32(total) + F32(1e-6))
     return q if np.isnan(q) else min(q, F32(1.0))
+
+
+def host_loss_scale(owner: str, loss_scale) -> float:
+    """The twins' ``step(loss_scale=)``: 1 / scale as float64 (1.0 without one); a scale that is not a finite
+    number > 0 is a ValueError (TypeError for a non-number) before anything changes."""
+    if loss_scale is None:
+        return 1.0
+    if isinstance(loss_scale, (bool, np.bool_)) or not isinstance(loss_scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{owner}.step: loss_scale must be a number, got {type(loss_scale).__name__}")
+    if not (math.isfinite(loss_scale) and loss_scale > 0):
+        raise ValueError(f"{owner}.step: loss_scale must be finite and > 0, got {loss_scale}")
+    return float(1.0 / np.float64(loss_scale))
+
+
+def check_device_loss_scale(owner: str, loss_scale) -> None:
+    """The GPU classes' ``step(loss_scale=)``: a device loss scale (what rlx_gpu.GradScaler passes: ``buffer``,
+    ``encode_pending``, ``committed``), or a TypeError saying so."""
+    if loss_scale is not None and not all(hasattr(loss_scale, a) for a in ("buffer", "encode_pending", "committed")):
+        raise TypeError(f"{owner}.step: loss_scale must be a device loss scale (rlx_gpu.GradScaler passes itself: "
+                        f"scaler.step(opt)), got {type(loss_scale).__name__}; a float scale is the NumPy twins' "
+                        "(rlx_gpu.reference)")

@@ -15,6 +15,7 @@ import numpy as np
 
 from .checkpoint import restore_plan
 from .copying import Copyable, named_group
+from .groups import checked_lr
 from .numerics import check_max_norm
 from .torchio import _torch
 from .torchparams import from_torch
@@ -133,9 +134,12 @@ class PartitionBase(Copyable):
     def read_params(self, names=None) -> dict:
         """Host copies of every part's params (all, or ``names``)."""
         got = {n: a for p in self.parts.values() for n, a in p.read_params().items()}
-        return got if names is None else {n: got[n] for n in names}
+        return got if names is None else {n: got[n] for n in ([names] if isinstance(names, str) else names)}
 
     def set_lr(self, lr: float) -> None:
+        """Every part's lr (checked in every part before any changes)."""
+        for p in self.parts.values():
+            checked_lr(getattr(p, "spec", type(p)), p.param_groups, lr)  # (a GPU part's spec, or the twin itself)
         for p in self.parts.values():
             p.set_lr(lr)
 

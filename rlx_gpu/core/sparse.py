@@ -39,9 +39,13 @@ class RowSparse:
         return f"RowSparse({np.shape(self.indices)[0] if np.ndim(self.indices) else '?'} rows)"
 
 
-def split_sparse(grads):
-    """``(dense grads, {name: RowSparse})`` of a ``step`` argument (a dict, or None: no sparse ones)."""
-    if not isinstance(grads, dict) or not any(isinstance(g, RowSparse) for g in grads.values()):
+def split_sparse(grads, owner: str = "step"):
+    """``(dense grads, {name: RowSparse})`` of a ``step`` argument (a dict, or None: no sparse ones); anything
+    else is a TypeError naming ``owner``."""
+    if grads is not None and not isinstance(grads, dict):
+        raise TypeError(f"{owner}.step: grads must be a dict name -> array (or None: the grad slots), got "
+                        f"{type(grads).__name__}")
+    if grads is None or not any(isinstance(g, RowSparse) for g in grads.values()):
         return grads, {}
     return ({k: g for k, g in grads.items() if not isinstance(g, RowSparse)},
             {k: g for k, g in grads.items() if isinstance(g, RowSparse)})

@@ -80,9 +80,12 @@ class TorchFormat:
             raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
                              "optimizer's group")
         fixed = self._fixed_keys()
+        forced = getattr(getattr(self._rlx_base, "spec", None), "torch_forced_keys", ())
         for s in saved:
             for k, want in fixed.items():
-                if k in s and s[k] != want:
+                if k in forced:
+                    s[k] = want  # (torch's AdamW sets it whatever the state dict says)
+                elif k in s and s[k] != want:
                     raise ValueError(f"{owner}.load_state_dict: the state has {k}={s[k]!r}, but this is torch's "
                                      f"optimizer with {k}={want!r}")
         id_map = {i: p for s, g in zip(saved, groups) for i, p in zip(s["params"], g["params"])}

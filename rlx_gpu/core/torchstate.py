@@ -10,8 +10,11 @@ float32 tensor as torch's (float64 past 2**24, where float32 stops counting exac
 copies of the device state of ``p`` (``{}`` for a tensor without state, as torch's defaultdict), read once per
 change of the state; assigning ``opt.state[p] = {...}`` loads that state for ``p`` (checked as
 ``load_state_dict`` checks, nothing changed if it fails) and ``del opt.state[p]`` resets ``p`` to no state; changing
-a tensor read from it changes nothing on the device. Other keys (what hooks keep there) are stored as given and
-appear in ``state_dict()["state"]``, as in torch.
+a tensor read from it in place changes nothing on the device, but changing the dict read (``opt.state[p][k] = v``,
+``del``, ``update``, ``setdefault``, ``pop``, ``clear``: :class:`ParamState`) stores the whole dict back as that
+assignment does, a key that is not one of the optimizer's states refused with nothing changed. Other keys of
+``opt.state`` itself (what hooks keep there) are stored as given and appear in ``state_dict()["state"]``, as in
+torch.
 """
 from __future__ import annotations
 
@@ -74,7 +77,8 @@ class TorchState(MutableMapping):
     def __getitem__(self, key):
         if is_tensor(key):
             got = self._entries().get(id(key))
-            return {k: (v.clone() if is_tensor(v) else v) for k, v in got[1].items()} if got else {}
+            return ParamState(self, key, {k: (v.clone() if is_tensor(v) else v) for k, v in got[1].items()} if got
+                              else {})
         return self.extra[key]
 
     def __setitem__(self, key, value) -> None:
@@ -103,6 +107,51 @@ class TorchState(MutableMapping):
 
     def __repr__(self) -> str:
         return f"TorchState({len(self._entries())} tensors with state, extra keys {list(self.extra)})"
+
+
+class ParamState(dict):
+    """``opt.state[p]`` as read: a copy of ``p``'s state whose changes are stored back whole (``opt.state[p] =``
+    the changed dict); if that load refuses it (a key that is not one of the optimizer's states, a wrong shape),
+    the error is raised and both the dict and the device state stay as they were."""
+
+    def __init__(self, owner: TorchState, key, data: dict):
+        super().__init__(data)
+        self._owner, self._key = owner, key
+
+    def _change(self, fn, *args):
+        before = dict(self)
+        out = fn(self, *args)
+        try:
+            self._owner[self._key] = dict(self)
+        except BaseException:
+            dict.clear(self)
+            dict.update(self, before)
+            raise
+        return out
+
+    def __setitem__(self, k, v):
+        self._change(dict.__setitem__, k, v)
+
+    def __delitem__(self, k):
+        self._change(dict.__delitem__, k)
+
+    def update(self, *args, **kwargs):
+        self._change(lambda d: dict.update(d, *args, **kwargs))
+
+    def setdefault(self, k, default=None):
+        return dict.__getitem__(self, k) if k in self else self._change(dict.setdefault, k, default)
+
+    def pop(self, k, *default):
+        return self._change(dict.pop, k, *default) if k in self else dict.pop(self, k, *default)
+
+    def popitem(self):
+        return self._change(dict.popitem)
+
+    def clear(self):
+        self._change(dict.clear)
+
+    def __reduce__(self):  # (a copy or pickle of it is a plain dict)
+        return dict, (dict(self),)
 
 
 def real_shape_of(t):

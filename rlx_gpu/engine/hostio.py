@@ -30,7 +30,7 @@ class HostIOMixin:
         saves the page faults of fresh memory."""
         if out is not None and names is None:
             names = list(out)
-        names = list(self._names if names is None else names)
+        names = [names] if isinstance(names, str) else list(self._names if names is None else names)
         for n in names:
             if n not in self._index:
                 raise KeyError(f"{type(self).__name__}.read_params: unknown tensor {n!r}")
@@ -57,8 +57,9 @@ class HostIOMixin:
         self._torch_epilogue(params)  # (built from torch tensors: they get the values too)
 
     def _upload_params(self, params: dict) -> None:
-        check_grads(type(self).__name__, params, self._shapes, call="write_params", noun="param",
-                    dtypes={n: (self._dtypes[self._index[n]].np,) for n in params})
+        known = [n for n in (params if isinstance(params, dict) else ()) if n in self._index]  # (check_grads names
+        check_grads(type(self).__name__, params, self._shapes, call="write_params", noun="param",  # the others)
+                    dtypes={n: (self._dtypes[self._index[n]].np,) for n in known})
         self.spec.check_param_values(f"{type(self).__name__}.write_params", params)
         self._write_params({self._index[n]: a for n, a in params.items()}, init_master=True)
 

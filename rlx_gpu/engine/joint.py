@@ -12,6 +12,7 @@ then each one's update gated on it, and submits once.
 """
 from __future__ import annotations
 
+from ..core.numerics import check_device_loss_scale
 from ..runtime.kernels import shipped_kernel
 from ..runtime.params import Params, declare
 from .optimizer import Optimizer
@@ -66,6 +67,7 @@ class StepGroup:
         members = [o for o in self.optimizers if o in grads]
         if not members:
             return []
+        check_device_loss_scale("StepGroup", loss_scale)
         clip, skip = self._shared(members)
         check = skip or loss_scale is not None
         for o in members:

@@ -17,7 +17,7 @@ from ..core.construct import shared_options, unpack
 from ..core.checkpoint import Checkpointable
 from ..core.copying import Copyable
 from ..core.torchcontract import TorchAware
-from ..core.groups import resolve_lr_scale
+from ..core.groups import checked_lr, resolve_lr_scale
 from ..core.lowp import dtype_of, name_hash
 from ..core.sync import locked
 from ..core.torchparams import TorchParams
@@ -279,7 +279,9 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         validate_groups(self)
 
     def set_lr(self, lr: float) -> None:
-        """Set the learning rate of every param group (takes effect at the next step)."""
+        """Set the learning rate of every param group (takes effect at the next step); a bad value raises before
+        any group changes."""
+        lr = checked_lr(self.spec, self.param_groups, lr)
         for g in self.param_groups:
             g["lr"] = lr
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.groups import check_grads
+from ..core.numerics import check_device_loss_scale
 from ..core.sparse import split_sparse
 from ..core.sync import locked
 from ..runtime.arena import DeviceTensor
@@ -100,10 +101,11 @@ class StepMixin(QuickMixin, TableMixin, GateMixin):
         if (grads is None and closure is None and loss_scale is None and grad_mul is None and self._quick_ok
                 and self._quick_step(self.skip_nonfinite)):
             return None  # (the steady state: .quick)
+        check_device_loss_scale(type(self).__name__, loss_scale)
         mul = 1.0 if grad_mul is None else self._grad_mul_of(grad_mul, loss_scale)
         loss, grads = self._torch_prologue(grads, closure)
         check = self.skip_nonfinite or loss_scale is not None
-        grads, sparse = split_sparse(grads)  # RowSparse grads: rlx_gpu.engine.sparse
+        grads, sparse = split_sparse(grads, type(self).__name__)  # RowSparse grads: rlx_gpu.engine.sparse
         self._refuse_dense(grads)
         if sparse:
             if mul != 1.0:

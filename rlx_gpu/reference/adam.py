@@ -66,4 +66,6 @@ class AdamW(Adam):
     """AdamW (Loshchilov & Hutter 2019): Adam with decoupled weight decay, as torch.optim.AdamW."""
     defaults = dict(Adam.defaults, weight_decay=1e-2)
     decoupled = True
+    torch_group_keys = {"decoupled_weight_decay": True}  # (in torch's groups and state dicts, as torch's AdamW has it)
+    torch_forced_keys = ("decoupled_weight_decay",)
 

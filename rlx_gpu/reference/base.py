@@ -18,10 +18,10 @@ import numpy as np
 from ..core.checkpoint import Checkpointable
 from ..core.construct import shared_options, unpack
 from ..core.copying import Copyable
-from ..core.groups import (MAX_STEP, check_grads, check_load_params, check_state_dict, reconcile_master,
+from ..core.groups import (MAX_STEP, check_grads, check_load_params, check_state_dict, checked_lr, reconcile_master,
                            resolve_lr_scale, scaled)
 from ..core.lowp import DTYPES, dtype_of, element_bits, name_hash, round_rne, round_stochastic, step_key
-from ..core.numerics import check_max_norm, clip_coef, host_clip_, host_total_norm, norm_kind
+from ..core.numerics import check_max_norm, clip_coef, host_clip_, host_loss_scale, host_total_norm, norm_kind
 from ..core.quant import join_state, split_state
 from ..core.quant import entries as quant_entries
 from ..core.sync import locked
@@ -84,7 +84,8 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Copyable,
         return np.full(self.state_shape(s, shape), self.init_value(s, group), F32).astype(self._state_dtype(s, ""))
 
     def set_lr(self, lr: float) -> None:
-        """Set the learning rate of every param group."""
+        """Set the learning rate of every param group (a bad value raises before any group changes)."""
+        lr = checked_lr(type(self), self.param_groups, lr)
         for g in self.param_groups:
             g["lr"] = lr
 
@@ -101,8 +102,9 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Copyable,
         self._torch_epilogue(params)
 
     def _upload_params(self, params: dict) -> None:
+        known = [n for n in (params if isinstance(params, dict) else ()) if n in self.params]
         check_grads(type(self).__name__, params, self._shapes, call="write_params",
-                    noun="param", dtypes={n: (self.params[n].dtype,) for n in params})
+                    noun="param", dtypes={n: (self.params[n].dtype,) for n in known})
         self.check_param_values(f"{type(self).__name__}.write_params", params)
         for n, a in params.items():
             self.params[n][...] = a
@@ -128,6 +130,7 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Copyable,
     def read_params(self, names=None, out: dict | None = None) -> dict:
         """Copies of the parameters (all, or ``names``; into ``out``'s arrays when given), as the GPU class."""
         names = list(out) if out is not None and names is None else (self.params if names is None else names)
+        names = [names] if isinstance(names, str) else names
         if out is None:
             return {n: self.params[n].copy() for n in names}
         for n in names:
@@ -146,9 +149,9 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Copyable,
         tensors: their ``.grad``). ``loss_scale``: the grads carry this factor (a GradScaler's); the step is then
         checked for inf/NaN. ``closure`` (or a callable as ``grads``): called first, its loss returned."""
         loss, grads = self._torch_prologue(grads, closure)
-        inv = 1.0 if loss_scale is None else float(1.0 / np.float64(loss_scale))
+        inv = host_loss_scale(type(self).__name__, loss_scale)
         check = self.skip_nonfinite or loss_scale is not None
-        grads, sparse = split_sparse(grads)  # (RowSparse grads: rlx_gpu.reference.sparse)
+        grads, sparse = split_sparse(grads, type(self).__name__)  # (RowSparse grads: rlx_gpu.reference.sparse)
         self._refuse_dense(grads)
         if sparse:
             more, sparse = self._split_sparse(sparse, check)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.numerics import clip_coef, host_total_norm
+from ..core.numerics import clip_coef, host_loss_scale, host_total_norm
 from ..core.partition import PartitionBase
 from .base import F32, ReferenceOptimizer
 
@@ -57,7 +57,7 @@ class Partition(PartitionBase):
                 grads.update(p._torch_prologue(None, None)[1] if p._torch else p.grads)
         routed = self._route(grads)
         slots = {k: self.parts[k]._slot_grads(g) for k, g in routed.items()}  # (every part checked first)
-        inv = 1.0 if loss_scale is None else float(1.0 / np.float64(loss_scale))
+        inv = host_loss_scale("Partition", loss_scale)
         check = self.skip_nonfinite or loss_scale is not None
         with np.errstate(over="ignore", invalid="ignore"):
             g32 = [np.asarray(a).astype(F32) for s in slots.values() for a in s.values()]

@@ -29,6 +29,9 @@ class Spec(SparseSpec):
     #: Keys torch.optim's class of the same algorithm keeps in its groups with a fixed value here (NAdamW is
     #: ``torch.optim.NAdam(decoupled_weight_decay=True)``): written into and checked in converted state dicts.
     torch_group_keys: dict = {}
+    #: Those of them torch's class sets whatever a loaded state dict says (torch.optim.AdamW's
+    #: ``decoupled_weight_decay``): a loaded value is replaced, not refused.
+    torch_forced_keys: tuple = ()
     #: The class's own defaults of shared options (LAMB clips at apex's ``max_grad_norm=1.0``).
     option_defaults: dict = {}
     #: Whether a complex parameter (as its view_as_real, torch's way) is taken: the torch.optim algorithms whose

@@ -136,7 +136,10 @@ class DeviceTensor:
 
     def reshape(self, shape) -> "DeviceTensor":
         """The same device storage seen with another shape of the same number of elements (no copy)."""
-        shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        dims = shape if isinstance(shape, (tuple, list)) else (shape,)
+        if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims):
+            raise ValueError(f"{self.name!r}: cannot view {self.shape} as {tuple(dims)}: dimensions must be ints >= 0")
+        shape = tuple(int(d) for d in dims)
         if int(np.prod(shape, dtype=np.int64)) != int(np.prod(self.shape, dtype=np.int64)):
             raise ValueError(f"{self.name!r}: cannot view {self.shape} as {shape}")
         return DeviceTensor(self._arena, self._index, self.name, shape)
