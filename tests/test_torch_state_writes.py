@@ -30,8 +30,10 @@ def test_writes_into_the_state_dict_read_reach_the_device():
     st.update({"exp_avg_sq": torch.full_like(w, 4.0)})
     assert torch.equal(opt.state[w]["exp_avg_sq"], torch.full_like(w, 4.0))
     assert opt.state[w].setdefault("exp_avg", None) is not None
+    st |= {"exp_avg": torch.full_like(w, 0.5)}
+    assert torch.equal(opt.state[w]["exp_avg"], torch.full_like(w, 0.5))
     # (the device holds it: the NumPy format reads it back, the weight being tensor "0" as torch numbers it)
-    assert np.array_equal(opt.numpy_state_dict()["state"]["0"]["exp_avg"], np.full((3, 4), 0.25, np.float32))
+    assert np.array_equal(opt.numpy_state_dict()["state"]["0"]["exp_avg"], np.full((3, 4), 0.5, np.float32))
 
 
 def test_a_key_that_is_not_state_is_refused_and_nothing_changes():

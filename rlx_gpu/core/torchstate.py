@@ -150,6 +150,10 @@ class ParamState(dict):
     def clear(self):
         self._change(dict.clear)
 
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
     def __reduce__(self):  # (a copy or pickle of it is a plain dict)
         return dict, (dict(self),)
 
