@@ -23,6 +23,7 @@ import threading
 
 import numpy as np
 
+from ..core.groups import F32_MAX
 from ..core.sync import locked
 from ..engine import Optimizer
 from ..engine.gating import LOSS_SCALE_HEAD
@@ -33,7 +34,6 @@ from ..runtime.params import Params, declare
 __all__ = ["GradScaler"]
 
 F32 = np.float32
-F32_MAX = float(np.finfo(np.float32).max)
 #: The scaler's device state, by name (shaders/amp.wgsl ``ls``); it begins with the device loss-scale protocol's
 #: fields (LOSS_SCALE_HEAD: rlx_gpu/engine/steps.py; shaders/gate.wgsl reads them by name).
 LOSS_SCALE = Params("LossScale", *LOSS_SCALE_HEAD, "growth:f32", "backoff:f32", "interval")

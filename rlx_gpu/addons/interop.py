@@ -18,7 +18,7 @@ torch is imported only by :func:`to_torch_state_dict` (which makes torch tensors
 from __future__ import annotations
 
 from ..core.torchcontract import native_groups
-from ..core.torchstate import state_from_torch, state_to_torch
+from ..core.torchstate import check_fixed_keys, state_from_torch, state_to_torch
 
 TORCH_ONLY = ("foreach", "fused", "capturable", "differentiable", "param_names")
 
@@ -27,10 +27,14 @@ def _names_of(sd) -> list:
     return [n for g in sd["param_groups"] for n in g["params"]]
 
 
+def _spec_of(opt):
+    """An rlx_gpu optimizer's spec (GPU class: its twin class; twin: its own class)."""
+    return getattr(type(opt), "spec", None) or type(opt)
+
+
 def _torch_keys(opt) -> dict:
-    """The fixed torch group keys of an rlx_gpu optimizer (GPU class: its spec's; twin: its own)."""
-    cls = getattr(type(opt), "spec", None) or type(opt)
-    return dict(getattr(cls, "torch_group_keys", {}))
+    """The fixed torch group keys of an rlx_gpu optimizer."""
+    return dict(getattr(_spec_of(opt), "torch_group_keys", {}))
 
 
 def to_torch_state_dict(sd, like=None) -> dict:
@@ -61,16 +65,10 @@ def from_torch_state_dict(sd: dict, names) -> dict:
     """A torch.optim state dict as rlx_gpu's. ``names``: the tensor names in torch's parameter order (e.g.
     ``[n for n, _ in model.named_parameters()]``), or an rlx_gpu optimizer (its names, in order; its groups' keys
     decide which of torch's keys are kept)."""
-    keep, fixed = None, {}
+    keep = None
     if not isinstance(names, (list, tuple)):
         keep = set(names.defaults) | {"initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum"}
-        fixed = _torch_keys(names)
-        forced = getattr(getattr(type(names), "spec", None) or type(names), "torch_forced_keys", ())
-        for g in sd["param_groups"]:
-            for k, want in fixed.items():
-                if k in g and g[k] != want and k not in forced:
-                    raise ValueError(f"from_torch_state_dict: the torch state has {k}={g[k]!r}, but "
-                                     f"{type(names).__name__} is torch's optimizer with {k}={want!r}")
+        check_fixed_keys("from_torch_state_dict", sd["param_groups"], _spec_of(names), type(names).__name__)
         names = [n for g in native_groups(names) for n in g["params"]]
     order = [i for g in sd["param_groups"] for i in g["params"]]
     if len(order) != len(names):

@@ -23,7 +23,7 @@ _MESSAGES = {
 }
 # Hyperparameters that may be negative (still finite); their optimizer checks the sign it needs.
 _SIGNED = {"dampening", "beta2_decay"}
-_F32_MAX = float(np.finfo(np.float32).max)
+F32_MAX = float(np.finfo(np.float32).max)
 
 #: The largest step count a tensor reaches: counters saturate there instead of wrapping, and a state dict or
 #: checkpoint holding a larger one is refused. 2**53 is the last count float64 (the bias corrections' type)
@@ -88,8 +88,8 @@ def validate_group(owner: str, group: dict, defaults: dict) -> None:
                 raise TypeError(f"{owner}: {name} must be a number, got {v!r}")
             if not _finite(v) or (name not in _SIGNED and not v >= 0.0):
                 raise _bad(name, v)
-            if abs(v) > _F32_MAX:  # (a step's records are float32: past its range the value would be inf there)
-                raise ValueError(f"{owner}: {name} must be within float32's range (|x| <= {_F32_MAX:.7g}), got {v!r}")
+            if abs(v) > F32_MAX:  # (a step's records are float32: past its range the value would be inf there)
+                raise ValueError(f"{owner}: {name} must be within float32's range (|x| <= {F32_MAX:.7g}), got {v!r}")
 
 
 def checked_lr(spec, groups: list, lr):
@@ -150,10 +150,11 @@ def _dtypes_word(dts) -> str:
 
 
 def check_grads(owner: str, grads, shapes: dict, device_tensor_type=None, device=None, call: str = "step",
-                noun: str = "grad", dtypes: dict | None = None) -> dict:
+                noun: str = "grad", dtypes=None) -> dict:
     """Validate a ``step(grads)`` dict (or another per-tensor dict) before anything changes; returns it.
 
-    ``dtypes``: name -> the NumPy dtypes accepted for that tensor (default float32 only); a DeviceTensor must hold
+    ``dtypes``: name -> the NumPy dtypes accepted for that tensor (a dict, or a function of the name, called only for
+    names in ``shapes``; default float32 only); a DeviceTensor must hold
     the first of them (the slot's own dtype)."""
     owner = f"{owner}.{call}"
     if not isinstance(grads, dict):
@@ -162,7 +163,8 @@ def check_grads(owner: str, grads, shapes: dict, device_tensor_type=None, device
         if name not in shapes:
             raise KeyError(f"{owner}: {noun} for unknown tensor {name!r}")
         want = shapes[name]
-        ok = (np.dtype(np.float32),) if dtypes is None else tuple(np.dtype(d) for d in dtypes[name])
+        ok = (np.dtype(np.float32),) if dtypes is None else tuple(np.dtype(d) for d in (
+            dtypes(name) if callable(dtypes) else dtypes[name]))
         if device_tensor_type is not None and isinstance(g, device_tensor_type):
             if g.device.device is not device.device:
                 raise ValueError(f"{owner}: {noun} for {name!r} lives on another device ({g.device.name})")

@@ -15,7 +15,7 @@ import copy
 import threading
 
 from .torchio import _torch, plain
-from .torchstate import real_shape_of, state_from_torch, state_to_torch
+from .torchstate import check_fixed_keys, real_shape_of, state_from_torch, state_to_torch
 
 
 def _is_native(sd) -> bool:
@@ -79,15 +79,10 @@ class TorchFormat:
         if any(len(g["params"]) != len(s["params"]) for g, s in zip(groups, saved)):
             raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
                              "optimizer's group")
-        fixed = self._fixed_keys()
-        forced = getattr(getattr(self._rlx_base, "spec", None), "torch_forced_keys", ())
-        for s in saved:
-            for k, want in fixed.items():
-                if k in forced:
-                    s[k] = want  # (torch's AdamW sets it whatever the state dict says)
-                elif k in s and s[k] != want:
-                    raise ValueError(f"{owner}.load_state_dict: the state has {k}={s[k]!r}, but this is torch's "
-                                     f"optimizer with {k}={want!r}")
+        spec, fixed = getattr(self._rlx_base, "spec", None), self._fixed_keys()
+        check_fixed_keys(f"{owner}.load_state_dict", saved, spec)
+        for s in saved:  # (torch's AdamW sets decoupled_weight_decay whatever the state dict says)
+            s.update({k: fixed[k] for k in getattr(spec, "torch_forced_keys", ())})
         id_map = {i: p for s, g in zip(saved, groups) for i, p in zip(s["params"], g["params"])}
         names, state, extra = self.__dict__["_name_of"], {}, {}
         for k, v in sd["state"].items():

@@ -158,6 +158,17 @@ class ParamState(dict):
         return dict, (dict(self),)
 
 
+def check_fixed_keys(where: str, groups, spec, who: str = "this") -> None:
+    """State-dict ``groups`` against the torch keys ``spec`` holds one value of (``torch_group_keys``): another
+    value is refused, but for the keys torch's class sets whatever it loads (``torch_forced_keys``)."""
+    forced = getattr(spec, "torch_forced_keys", ())
+    for g in groups:
+        for k, want in getattr(spec, "torch_group_keys", {}).items():
+            if k not in forced and k in g and g[k] != want:
+                raise ValueError(f"{where}: the state has {k}={g[k]!r}, but {who} is torch's optimizer with "
+                                 f"{k}={want!r}")
+
+
 def real_shape_of(t):
     """The float32-pairs shape of a complex tensor, None for a real one."""
     return tuple(t.shape) + (2,) if t.is_complex() else None

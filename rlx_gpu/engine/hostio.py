@@ -57,9 +57,8 @@ class HostIOMixin:
         self._torch_epilogue(params)  # (built from torch tensors: they get the values too)
 
     def _upload_params(self, params: dict) -> None:
-        known = [n for n in (params if isinstance(params, dict) else ()) if n in self._index]  # (check_grads names
-        check_grads(type(self).__name__, params, self._shapes, call="write_params", noun="param",  # the others)
-                    dtypes={n: (self._dtypes[self._index[n]].np,) for n in known})
+        check_grads(type(self).__name__, params, self._shapes, call="write_params", noun="param",
+                    dtypes=lambda n: (self._dtypes[self._index[n]].np,))
         self.spec.check_param_values(f"{type(self).__name__}.write_params", params)
         self._write_params({self._index[n]: a for n, a in params.items()}, init_master=True)
 

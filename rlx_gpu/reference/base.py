@@ -102,9 +102,8 @@ class ReferenceOptimizer(QuantizedTwin, SparseTwin, Spec, TorchParams, Copyable,
         self._torch_epilogue(params)
 
     def _upload_params(self, params: dict) -> None:
-        known = [n for n in (params if isinstance(params, dict) else ()) if n in self.params]
         check_grads(type(self).__name__, params, self._shapes, call="write_params",
-                    noun="param", dtypes={n: (self.params[n].dtype,) for n in known})
+                    noun="param", dtypes=lambda n: (self.params[n].dtype,))
         self.check_param_values(f"{type(self).__name__}.write_params", params)
         for n, a in params.items():
             self.params[n][...] = a
