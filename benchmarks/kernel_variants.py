@@ -15,10 +15,14 @@ closed form, engine/qsearch.py), ``qclosed-ept4`` (that with four vec4s a thread
 ``qclosed-qept4`` (that with QEPT = 4: the quantized buckets' kernels alone take four vec4s a thread, in workgroups
 of half the threads, the engine block kept); ``+qlog``, ``+qcalc`` (quantized rows: the default with 8-bit's
 closed form QFORM8 ``"log"``, the decade by log2, or ``"calc"``, that and the midpoint computed: engine/qsearch.py),
-``+qlin4`` (QFORM4 ``"linear"``: the 4-bit unsigned map's code by one comparison), ``+qdecade``, ``+qbisect``
+``+qlin4`` (QFORM4 ``"linear"``: the 4-bit unsigned map's code by one comparison), ``+qmin`` (QFORM8 ``"min"``: the
+least of the seven lines, no decade), ``+qbin`` (QFORM8 ``"binade"``: of two lines from a table by the exponent),
+``+qfull``/``-qfull`` (quantized rows: QFULL, their subgroup driver's blocks wholly inside their tensor by a copy of
+the unit without tail masks, or not), ``+qdecade``, ``+qbisect``
 and ``-qclosed`` (the forms and the guide search the defaults replaced; a variant whose switches are the default's
 is timed once, under the first name); ``+f16round`` (LAMB's float16 rows: F16ROUND on, the moments as
-the apply pass re-reads them rounded by the hardware's conversion, engine/codegen.py); ``-merge``, ``-rowcols``
+the apply pass re-reads them rounded by the hardware's conversion, engine/codegen.py); ``-hvec`` (LAMB's float16
+rows: unpack4_f16 by four scalar h2f calls again, as before it took vector operations: the same bits); ``-merge``, ``-rowcols``
 (Adafactor: its stats pass apart from update_norm again; its rows and cols passes in two dispatches again),
 ``finish1``, ``finish8`` (Adafactor.FINISH: the finish pass loads 1 or 8 column partials at once, the default 16;
 ``+recip``: Adafactor.RECIP, direction()'s row by a float32 reciprocal; ``+ptloads`` (the reducing rows):
@@ -55,7 +59,7 @@ REDUCING = ("lamb", "mars", "adafactor")
 QUANTIZED = ("adamw8bit", "adamw4bit")
 # variant: (width, its QFORM) (the first two: the forms before the H200 chose "log" and "linear")
 QFORMS = {"+qdecade": (8, "decade"), "+qbisect": (4, "bisect"), "+qlog": (8, "log"), "+qcalc": (8, "calc"),
-          "+qlin4": (4, "linear")}
+          "+qlin4": (4, "linear"), "+qmin": (8, "min"), "+qbin": (8, "binade")}
 
 
 def variants(opt: str, precision: str) -> list:
@@ -63,7 +67,7 @@ def variants(opt: str, precision: str) -> list:
     out = ["off", "default"]
     low = precision != "fp32"
     if opt in QUANTIZED:
-        return out + ["+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4",
+        return out + ["+qfull", "-qfull", "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4",
                      *[v for v, (b, _) in QFORMS.items() if b == (8 if opt == "adamw8bit" else 4)], *DIAGNOSTICS]
     if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
@@ -71,7 +75,7 @@ def variants(opt: str, precision: str) -> list:
     if opt in REDUCING:
         out += ["-subgroups", "+ptloads", "-ptloads"]
     if opt == "lamb" and precision == "f16":  # (round_state by the hardware's float16 conversion)
-        out += ["+f16round", "-f16round"]
+        out += ["+f16round", "-f16round", "-hvec"]
     if opt == "adafactor":  # (WIDE: on in bfloat16, off in float16 by default: timed against the other way)
         out += ["-merge", "-rowcols", "finish1", "finish8", "+recip", "-recip"]
         out += ["+wide"] if precision == "f16" else ["-wide"] if low else []
@@ -90,11 +94,30 @@ def timed_variants(opt: str, precision: str, only: str | None = None) -> list:
         sw = {**{k: getattr(cls, k, None) for k in (*SWITCHES, *EXTRA)}, **switches(v, cls)}
         if not isinstance(sw["QCLOSED"], dict):  # (a bool: both widths alike)
             sw["QCLOSED"] = dict.fromkeys((4, 8), bool(sw["QCLOSED"]))
-        if (only and v not in only.split(",")) or (v not in DIAGNOSTICS and sw in seen):
+        if (only and v not in only.split(",")) or (v not in REWRITTEN and sw in seen):
             continue
-        seen += [] if v in DIAGNOSTICS else [sw]
+        seen += [] if v in REWRITTEN else [sw]
         out.append(v)
     return out
+
+
+# the float16 widening before unpack4_f16 took vector operations (shaders/lowp.wgsl): ``-hvec`` rewrites a module's
+# unpack4_f16 back to it (the same bits; timing the change)
+_SCALAR_UNPACK4_F16 = ("fn unpack4_f16(w: vec2<u32>) -> vec4<f32> {\n    return vec4<f32>(h2f(w.x & 0xffffu), "
+                       "h2f(w.x >> 16u), h2f(w.y & 0xffffu), h2f(w.y >> 16u));\n}")
+REWRITTEN = (*DIAGNOSTICS, "-hvec")  # (variants that rewrite the default's text: timed even with its switches)
+
+
+def scalar_h2f_class(base: type, attrs: dict) -> type:
+    """A subclass of ``base`` whose modules widen float16 by four scalar h2f calls again (``-hvec``)."""
+    def _module(self, bucket):
+        text = base._module(self, bucket)
+        start = text.find("fn unpack4_f16(")
+        end = text.find("\n}", start) + 2
+        if start < 0 or "unpack4_f16" not in text[end:]:
+            raise RuntimeError("-hvec: the module has no unpack4_f16 to rewrite, or does not use it")
+        return text[:start] + _SCALAR_UNPACK4_F16 + text[end:]
+    return type(base.__name__, (base,), {**attrs, "_module": _module})
 
 
 def switches(variant: str, cls=Optimizer) -> dict:
@@ -126,6 +149,7 @@ def _build(opt: str, precision: str, variant: str, params: dict, grads: dict, de
     pd, gd, sd, master = PRECISIONS[precision]
     base = getattr(rlx_gpu, cls_name)
     cls = (diagnostic_class(base, variant, switches("default", base)) if variant in DIAGNOSTICS
+           else scalar_h2f_class(base, switches("default", base)) if variant == "-hvec"
            else type(cls_name, (base,), switches(variant, base)))
     o = cls(params, lr=1e-3, **kw, state_dtype=sd, master_weights=master, grad_dtype=None if gd == pd else gd,
             device=dev)
@@ -200,8 +224,8 @@ def groups(args) -> list:
     return [x for x in g if (only is None or x[0] in only) and (prec is None or x[1] in prec)]
 
 
-COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "+f16round", "-f16round", "-merge",
-           "-rowcols", "finish1", "finish8", "+recip", "-recip", "+ptloads", "-ptloads", "+qdirect", "ept4", "-qclosed",
+COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "+f16round", "-f16round", "-hvec",
+           "+qfull", "-qfull", "-merge", "-rowcols", "finish1", "finish8", "+recip", "-recip", "+ptloads", "-ptloads", "+qdirect", "ept4", "-qclosed",
            "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
 
 

@@ -65,8 +65,14 @@ fn h2f(h: u32) -> f32 {
     if (e == 31u) { return bitcast<f32>(s | 0x7f800000u | (m << 13u)); }
     return bitcast<f32>(s | ((e + 112u) << 23u) | (m << 13u));
 }
+// h2f's bits for four lanes in vector operations, without branches: a normal or inf/NaN half is its bits moved up
+// 13 with the exponent's bias changed (112 to it, 224 past the top), a subnormal one m * 2^-24 (exact; a normal float)
 fn unpack4_f16(w: vec2<u32>) -> vec4<f32> {
-    return vec4<f32>(h2f(w.x & 0xffffu), h2f(w.x >> 16u), h2f(w.y & 0xffffu), h2f(w.y >> 16u));
+    let h = vec4<u32>(w.x & 0xffffu, w.x >> 16u, w.y & 0xffffu, w.y >> 16u);
+    let a = h & vec4<u32>(0x7fffu);
+    let n = (a << vec4<u32>(13u)) + select(vec4<u32>(0x38000000u), vec4<u32>(0x70000000u), a >= vec4<u32>(0x7c00u));
+    let sub = bitcast<vec4<u32>>(vec4<f32>(a) * 5.9604644775390625e-8);
+    return bitcast<vec4<f32>>(select(n, sub, a < vec4<u32>(0x400u)) | ((h & vec4<u32>(0x8000u)) << vec4<u32>(16u)));
 }
 fn unpack1_f16(w: vec2<u32>, lane: u32) -> f32 {
     let word = select(w.x, w.y, lane >= 2u);

@@ -20,7 +20,8 @@ from cases import ATOL, RTOL
 pytestmark = pytest.mark.gpu
 
 SIZES = [1, 5, 8, 9, (3, 7), 255, 257, 2049, 2600, (65, 64), 4097, 9000, 16385]
-OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False, QDIRECT=False, QCLOSED=False, F16ROUND=False)
+OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False, QDIRECT=False, QCLOSED=False, F16ROUND=False,
+           QFULL=False)
 VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), dict(OFF, SUBGROUPS=True),
             dict(OFF, QDIRECT=True), dict(OFF, SUBGROUPS=True, QDIRECT=True),
             dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True, QDIRECT=True, QCLOSED=True, F16ROUND=True), {}]  # ({}: defaults)
@@ -32,7 +33,11 @@ QVARIANTS = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {
              # (the other closed forms, engine/qsearch.FORMS: 8-bit's decade by log2, the midpoint computed; 4-bit
              # unsigned's one comparison)
              dict(OFF, QCLOSED=True, QFORM8="log", QFORM4="linear"), {"QCLOSED": True, "QFORM8": "calc"},
-             dict(OFF, SUBGROUPS=True, QCLOSED=True, QFORM8="calc", QFORM4="linear", EPT=4)]
+             dict(OFF, SUBGROUPS=True, QCLOSED=True, QFORM8="calc", QFORM4="linear", EPT=4),
+             # (8-bit's least of the lines; FULL's unmasked copy of the unit in the subgroup driver, with QEPT too)
+             dict(OFF, SUBGROUPS=True, QFULL=True, QCLOSED=True, QFORM8="min"), {"QFORM8": "binade", "QEPT": 4},
+             {"QFULL": True, "QEPT": 4}, {"QFULL": True},
+             dict(OFF, QCLOSED=True, QFORM8="binade")]
 # (class, hyperparameters, options): elementwise ones bit for bit, reducing ones within the bound
 CASES = [("AdamW", {"amsgrad": True}, {}), ("SGD", {"momentum": 0.9, "nesterov": True}, {}), ("Lion", {}, {}),
          ("RMSprop", {"centered": True, "momentum": 0.5}, {}), ("LAMB", {}, {}), ("Mars", {}, {}),
@@ -198,7 +203,7 @@ def test_quantized_switches_by_state_width(device):
     assert (rlx_gpu.AdamW.QFORM8, rlx_gpu.AdamW.QFORM4) == ("log", "linear")
     bad = _variant("AdamW", {"QCLOSED": {8: True}, "QFORM8": "nope"})(p, state_bits=8, min_quantized_size=1,
                                                                       device=device)
-    with pytest.raises(ValueError, match=r"QFORM8: unknown form 'nope'; expected one of \['decade', 'log', 'calc'\]"):
+    with pytest.raises(ValueError, match=r"QFORM8: unknown form 'nope'; expected one of \['decade', 'log', 'calc', 'min', 'binade'\]"):
         bad.step({"a": np.ones(3000, np.float32)})
     np.testing.assert_array_equal(bad.read_params()["a"], p["a"])  # (nothing changed)
     bad4 = _variant("AdamW", {"QFORM4": "decade"})(p, state_bits=4, min_quantized_size=1, device=device)

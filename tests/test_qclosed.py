@@ -5,7 +5,8 @@ and block words: every binade of v / absmax with dense mantissas, every midpoint
 up to 3 ulps both ways, 0, -0, subnormals, +-inf, NaN, values past the map's ends; absmax words of every exponent
 (subnormal, 0, FLT_MAX, flagged: a negated block, a block holding +inf). The optimizers' parity with the switch on:
 tests/test_kernel_variants.py. Each closed form (engine/qsearch.FORMS) so: 8-bit's decade by comparisons, by log2, and that with the
-midpoint computed; 4-bit's constant bisection and the unsigned map's one comparison (linear)."""
+midpoint computed, the least of the seven lines (min) and of two from a table by the exponent (binade); 4-bit's
+constant bisection and the unsigned map's one comparison (linear)."""
 import numpy as np
 import pytest
 
@@ -46,6 +47,50 @@ def test_log_forms_guess_within_their_bound(signed):
         qclosed.check_guess(signed, err=0.3)
 
 
+@pytest.mark.parametrize("signed", [True, False])
+def test_min_form_guess_within_its_bound(signed):
+    """The "min" form's y (core/qclosed.min_y: the least of the seven lines, each multiply-add fused or not) lies
+    within a tenth of MIN_ERR of the exact line over the decades, 0, past 1 and near every event; every y within
+    MIN_ERR of the line gives a guess one midpoint settles (check_guess with err); and the least of the lines is
+    the decade's line only because each is flatter than the one below: with a steeper last line the bound fails."""
+    x = np.concatenate([np.geomspace(1e-10, 2, 400_001), [0.0, 1e-45, 1e-38]]).astype(F32)
+    x = np.concatenate([x, (10.0 ** np.arange(-7, 1)[:, None] * (1 + np.arange(-64, 65) * 2.0 ** -23)).ravel()])
+    ev = qclosed._events(signed).view(np.int32).astype(np.int64)
+    near = (ev[:, None] + np.arange(-96, 97)).reshape(-1)
+    x = np.concatenate([x, near[near >= 0].astype(np.int32).view(F32)])
+    for fused in (False, True):
+        assert np.abs(qclosed.min_y(x, signed, fused) - qclosed._line(x, signed)).max() < qclosed.MIN_ERR / 10
+    assert qclosed.check_guess(signed, err=qclosed.MIN_ERR) > 50_000
+    low, slope, icpt = qclosed.decades(signed)
+    orig = qclosed.decades
+    try:
+        qclosed.decades = lambda s: (low, np.append(slope[:6], slope[5] * F32(3)), icpt)
+        assert np.abs(qclosed.min_y(x, signed) - qclosed._line(x, signed)).max() > 1
+    finally:
+        qclosed.decades = orig
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_binade_form_is_the_min_forms_y(signed):
+    """The "binade" form's y (core/qclosed.binade_y: two lines from a table by |x|'s exponent) is the "min" form's,
+    bit for bit, both roundings, over the decades, 0, past 1 and near every event (so MIN_ERR's bound holds); a
+    table row with the wrong pair of lines is caught."""
+    x = np.concatenate([np.geomspace(1e-12, 4, 200_001), [0.0, 1e-45, 1e-38, 1e3]]).astype(F32)
+    ev = qclosed._events(signed).view(np.int32).astype(np.int64)
+    near = (ev[:, None] + np.arange(-96, 97)).reshape(-1)
+    x = np.concatenate([x, near[near >= 0].astype(np.int32).view(F32)])
+    for fused in (False, True):
+        np.testing.assert_array_equal(qclosed.binade_y(x, signed, fused), qclosed.min_y(x, signed, fused))
+    orig, rows = qclosed.binades, qclosed.binades(signed).copy()
+    k = int(np.nonzero(rows[:, 0] != rows[:, 2])[0][-1])  # (the top threshold's binade: its upper line dropped)
+    rows[k, 2:] = rows[k, :2]
+    try:
+        qclosed.binades = lambda s: rows
+        assert (qclosed.binade_y(x, signed) != qclosed.min_y(x, signed)).any()
+    finally:
+        qclosed.binades = orig
+
+
 def test_linear_4bit_guess_is_the_code_or_one_below():
     """core/qclosed.check_linear4: the 4-bit unsigned map's guess floor(16 x - 1) is the code or one below it near
     every midpoint and every place it changes; its midpoints are (2k + 3) / 32 exactly, as the kernel computes."""
@@ -79,8 +124,9 @@ def _module(bits: int, tag: str, closed: bool, form: str = "") -> str:
                       "@group(0) @binding(3) var<storage, read_write> codes: array<vec4<u32>>;",
                       *_maps(tag, "h", True, want), *_search_fns(tag, bits, closed, form),
                       "@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3<u32>, "
-                      "@builtin(num_workgroups) n: vec3<u32>) {",
+                      "@builtin(num_workgroups) n: vec3<u32>, @builtin(local_invocation_index) lid: u32) {",
                       "    let i = g.x + g.y * n.x * 64u;",
+                      *([f"    q_load_y_{tag}(lid);", "    workgroupBarrier();"] if form == "binade" else []),
                       f"    if (i < arrayLength(&words)) {{ codes[i] = q_codes_{tag}(vals[i], words[i]); }}", "}"])
 
 
@@ -124,7 +170,8 @@ def _codes(device, code: str, vals, words, h) -> np.ndarray:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("bits,form", [(8, "decade"), (8, "log"), (8, "calc"), (4, "bisect"), (4, "linear")])
+@pytest.mark.parametrize("bits,form", [(8, "decade"), (8, "log"), (8, "calc"), (8, "min"), (8, "binade"),
+                                       (4, "bisect"), (4, "linear")])
 @pytest.mark.parametrize("signed", [True, False])
 def test_closed_form_codes_are_the_searchs(bits, form, signed, device):
     """The closed form's codes equal the guide search's and the rule's count (core/quant.py's bisection) where the

@@ -21,7 +21,13 @@ and exp2 are approximate, so :func:`check_guess` takes it as any ``y`` within :d
 place in the map's positive half, ``e`` its top bit: :data:`MIDS`), so midpoint ``g`` is ``UNIT`` times an integer
 sum of u32 arithmetic, within 2 float32 steps of the stored one (:func:`check_mids`); ``s`` times it decides the
 code unless ``v`` lies within :data:`MID_BAND` of it (relatively: the two products differ by less), where the
-stored midpoint is loaded: the search reads no memory for nearly every value.
+stored midpoint is loaded: the search reads no memory for nearly every value. ``"min"`` takes no decade at all:
+each decade's line is flatter than the one below (``S_(d+1) / S_d = 2 / 10``) and the two meet at their threshold,
+so the piecewise line is concave and equals the least of the seven lines (:func:`min_y`): seven multiply-adds and
+six minima. In float32 the lines meet only to within their constants' rounding, so near a threshold the least may
+be the other line: :func:`check_guess` takes it as any ``y`` within :data:`MIN_ERR` of the exact line.
+``"binade"`` takes the least of two lines only, read from a table by the float32 exponent of ``|x|``
+(:func:`binades`: each binade holds at most one threshold, so the two decades around it), within the same bound.
 
 4-bit maps (16 entries): the bisection itself, four steps over the 15 midpoints held as constants (selects in a
 tree; no table, no workgroup memory), which is the count of the rule by definition. ``QFORM4 = "linear"``: the
@@ -37,7 +43,7 @@ import numpy as np
 
 from . import quant
 
-__all__ = ["decades", "guess", "check_guess", "log_y", "LOG_ERR", "MIDS", "MID_BAND", "check_linear4", "mid_sums",
+__all__ = ["decades", "guess", "check_guess", "log_y", "LOG_ERR", "min_y", "MIN_ERR", "binades", "binade_y", "MIDS", "MID_BAND", "check_linear4", "mid_sums",
            "check_mids", "SCALE_RANGE"]
 
 F32 = np.float32
@@ -59,6 +65,11 @@ def decades(signed: bool) -> tuple:
     return np.array(low[1:], F32), np.array(slope, F32), np.array(icpt, F32)
 
 
+def _mad(s, x, c, fused: bool) -> np.ndarray:
+    """``s * x + c`` in float32 as a kernel computes it: fused (rounded once) or a product and a sum, each rounded."""
+    return (np.float64(1) * s * x + c).astype(F32) if fused else (s * x).astype(F32) + c
+
+
 def guess(x: np.ndarray, signed: bool, fused: bool = False, nudge: int = 0) -> np.ndarray:
     """The kernels' ``g`` for float32 ``x`` (int64); ``fused``: ``y`` by a fused multiply-add; ``nudge``: ``y``
     moved that many float32 steps (a fused result's double rounding)."""
@@ -67,7 +78,7 @@ def guess(x: np.ndarray, signed: bool, fused: bool = False, nudge: int = 0) -> n
     s, c = np.full(ax.shape, slope[0]), np.full(ax.shape, icpt[0])
     for d in range(6):
         s, c = np.where(ax >= low[d], slope[d + 1], s), np.where(ax >= low[d], icpt[d + 1], c)
-    y = (s.astype(np.float64) * ax + c).astype(F32) if fused else (s * ax).astype(F32) + c
+    y = _mad(s, ax, c, fused)
     for _ in range(abs(nudge)):
         y = np.nextafter(y, F32(np.sign(nudge) * np.inf))
     ga = np.clip(y, 0, 254).astype(np.int64)
@@ -144,6 +155,46 @@ def log_y(x, signed: bool) -> np.ndarray:
     lg = np.log2(np.maximum(np.abs(np.asarray(x, F32)), LOG_FLOOR))
     fd = np.clip(np.floor(lg * LOG10_2 + F32(7)), 0, 6).astype(F32)
     return np.exp2(fd * LOG2_5TH + (lg + k)).astype(F32) + (np.exp2(fd) * c1 + c0).astype(F32)
+
+
+# the "min" form's y: seven float32 lines (constants within half a float32 step of the exact ones: < 2e-5 of y at
+# |x| <= 2), each multiply-add rounded once or twice (< 3e-5), the least of them within those of the exact line
+# also where it is the neighbouring decade's (the lines cross within that of the threshold): < 1e-4 in all.
+# MIN_ERR has a margin of 10 (test_qclosed measures the bound over every x that matters).
+MIN_ERR = 1e-3
+
+
+def min_y(x, signed: bool, fused: bool = False) -> np.ndarray:
+    """The "min" form's ``y`` in float32 as the kernels compute it (``fused``: each line by a fused multiply-add,
+    else a product and a sum each rounded)."""
+    _, slope, icpt = decades(signed)
+    ax = np.abs(np.asarray(x, F32))
+    return np.minimum.reduce([_mad(s, ax, c, fused) for s, c in zip(slope, icpt)])
+
+
+# the "binade" form: per binade of |x| (its float32 exponent, clamped to those from 2^-20, which holds the lowest
+# threshold 10^-6, to 2^0), the two lines that can be the least there (the decades below and above the threshold the
+# binade holds, or its decade twice): one table load and two multiply-adds, where "min" takes seven
+BINADE_LO, BINADE_HI = 107, 127  # biased exponents of the first and last rows
+
+
+def binades(signed: bool) -> np.ndarray:
+    """The "binade" form's table: per biased exponent BINADE_LO..BINADE_HI, (S_lo, C_lo, S_hi, C_hi) (float32)."""
+    low, slope, icpt = decades(signed)
+    rows = []
+    for e in range(BINADE_LO, BINADE_HI + 1):
+        top = 2.0 ** (e - 126)  # (the binade [2^(e-127), 2^(e-126)))
+        d = int(np.searchsorted(low.astype(np.float64), 2.0 ** (e - 127), side="right"))  # decade at its start
+        hi = d + 1 if d < 6 and low[d] < top else d
+        rows.append((slope[d], icpt[d], slope[hi], icpt[hi]))
+    return np.array(rows, F32)
+
+
+def binade_y(x, signed: bool, fused: bool = False) -> np.ndarray:
+    """The "binade" form's ``y`` in float32 as the kernels compute it (``fused``: as :func:`min_y`)."""
+    ax = np.abs(np.asarray(x, F32))
+    row = binades(signed)[np.clip(ax.view(np.uint32) >> 23, BINADE_LO, BINADE_HI) - BINADE_LO]
+    return np.minimum(_mad(row[..., 0], ax, row[..., 1], fused), _mad(row[..., 2], ax, row[..., 3], fused))
 
 
 # the "calc" form's midpoint g (the map's entries: 10^(d-6) (0.1 + (k + 1/2) 0.9 / n_d), so an entry is UNIT / 2

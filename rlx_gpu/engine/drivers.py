@@ -42,7 +42,9 @@ class Emit:
     ``hround`` (float16 states): ``round_state`` (a pass's value as the next pass re-reads it: LAMB's norms) by
     the hardware's conversion (``pack2x16float``, overflow to inf guarded) instead of integer rounding (the same
     bits where the conversion rounds to nearest even, as Vulkan's and llvmpipe's do);
-    ``ptloads``: a per-tensor pass's threads load 8 block partials before adding them (in the same order)."""
+    ``ptloads``: a per-tensor pass's threads load 8 block partials before adding them (in the same order);
+    ``qfull`` (quantized buckets, the subgroup driver): ``full`` for the quantized drivers, an engine block wholly
+    inside its tensor run by a copy of the unit without tail masks (the same bits)."""
     wide: bool = False
     full: bool = False
     subgroups: bool = False
@@ -53,12 +55,13 @@ class Emit:
     qform: str = ""
     hround: bool = False
     ptloads: bool = False
+    qfull: bool = False
 
 
 PLAIN = Emit()
 PRECISIONS = ("float32", "bfloat16", "float16", "bfloat16+master", "float16+master")
 SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK", "QDIRECT", "QCLOSED", "F16ROUND",
-            "PTLOADS")  # the Optimizer class attributes that pick an Emit
+            "PTLOADS", "QFULL")  # the Optimizer class attributes that pick an Emit
 
 
 def switch(value, precision: str, name: str = "switch", qbits: int = 0) -> bool:

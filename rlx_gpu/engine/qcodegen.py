@@ -48,6 +48,7 @@ def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, s
             want = ("m",) if closed and bits == 4 else ("m", "t") if closed else ("m", "t", "g")
             L += _maps(tag, src, direct, want) + _search_fns(tag, bits, closed, form)
             load += [] if direct else _copies(tag, src, want)
+            load += [f"    q_load_y_{tag}(lid);"] if closed and bits == 8 and form == "binade" else []
     L += ["fn q_load_maps(lid: u32) {"] + load + ["    workgroupBarrier();", "}",
           "fn q_base(i: u32) -> u32 { return QH + (i / QG) * QS; }  // the first word of vec4 i's block",
           "fn q_word(i: u32) -> u32 { return q_base(i) + " + ("i % QG; }" if bits == 8 else "(i % QG) / 2u; }"),

@@ -39,7 +39,7 @@ def q_elementwise(p, present, signs: dict, bits: int, ept: int, emit: Emit = PLA
     reads = [s for s in p.reads if s in present]
     writes = [s for s in p.writes if s in present]
     if emit.subgroups:
-        return _subgroup(p, reads, writes, signs, bits)
+        return _subgroup(p, reads, writes, signs, bits, emit.qfull)
     return _atomics(p, reads, writes, signs, bits, ept, any(not signs[s] for s in present if s in signs))
 
 
@@ -110,9 +110,10 @@ def _atomic_stores(s_: str, j: int, signed: bool, bits: int, ept: int) -> list:
     return L + [f"        if (inb0 && {ok} && (lid % QTPB) == 0u) {{ {s_}_q[q_base(i0) + QS - 1u] = a0_{s_}; }}"]
 
 
-def _subgroup(p, reads, writes, signs, bits: int) -> str:
+def _subgroup(p, reads, writes, signs, bits: int, full: bool = False) -> str:
     """Rounds of one unit per thread: QTPB = QB/8 consecutive places (``v``, subgroup-ordered) per block, EPT/2
-    rounds per engine block."""
+    rounds per engine block. ``full`` (``Emit.qfull``): an engine block wholly inside its tensor takes a copy of the
+    unit without tail masks (the same operations on every element it keeps, so the same bits)."""
     L = signature(p.kernel, True) + [
         "    q_load_maps(lid);  // (ends in a barrier)",
         "    let zero = vec4<f32>(0.0);",
@@ -124,14 +125,19 @@ def _subgroup(p, reads, writes, signs, bits: int) -> str:
         f"        let live = {_live(p)};"] + _grad(p, "        ") + [
         "        let j = blk.first / 2u + (it % (EPT / 2u)) * WG + v;",
         "        let inb = live && 8u * j < blk.end;",
-        "        var o_0 = Out();", "        var o_1 = Out();",
-        "        if (inb) {"]
-    L += unit(p, reads, "            ", H=2, elem="elem0(blk, r, 2u * j)", keep=lambda a: f"tail({a}, blk.end)",
-              sload=lambda s: f"ldq2_{s}(j)", out=lambda k: f"o_{k}", decl="")
-    if p.param == "rw":
-        L.append(f"            store_p2(j, {masked('o_0.p', 2, 0)}, {masked('o_1.p', 2, 1)}, r, e0);")
-    for s_ in writes:
-        L += [f"            o_{k}.s.{s_} = {masked(f'o_{k}.s.{s_}', 2, k)};" for k in (0, 1)]
+        "        var o_0 = Out();", "        var o_1 = Out();"]
+    for whole in (True, False) if full else (False,):
+        if whole:
+            L.append("        if (live && 4u * blk.first + WG * EPT * 4u <= blk.end) {  // no tail mask")
+        else:
+            L.append("        } else if (inb) {" if full else "        if (inb) {")
+        keep = (lambda a: "vec4<bool>(false)") if whole else (lambda a: f"tail({a}, blk.end)")
+        L += unit(p, reads, "            ", H=2, elem="elem0(blk, r, 2u * j)", keep=keep,
+                  sload=lambda s: f"ldq2_{s}(j)", out=lambda k: f"o_{k}", decl="")
+        if p.param == "rw":
+            L.append(f"            store_p2(j, {masked('o_0.p', 2, 0)}, {masked('o_1.p', 2, 1)}, r, e0);")
+        for s_ in writes:
+            L += [f"            o_{k}.s.{s_} = {masked(f'o_{k}.s.{s_}', 2, k)};" for k in (0, 1)]
     L.append("        }")
     for j, s_ in enumerate(writes):
         L += _subgroup_stores(s_, j, signs[s_], bits)

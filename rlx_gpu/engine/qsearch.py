@@ -1,8 +1,9 @@
 """The quantized drivers' code search in closed form (``Optimizer.QCLOSED``; the form and its check:
 :mod:`rlx_gpu.core.qclosed`): ``q_code_<tag>(v, a, inv)`` as :mod:`.qcodegen`'s guide-table search defines it, the
 same codes, without the guide. 8-bit: the decade's line, one midpoint (``form``: ``"decade"``, the decade by six
-comparisons; ``"log"``, by log2 and exp2; ``"calc"``, that and the midpoint computed, loaded only near it); 4-bit:
-the bisection over constants."""
+comparisons; ``"log"``, by log2 and exp2; ``"calc"``, that and the midpoint computed, loaded only near it;
+``"min"``, no decade: the least of the seven lines; ``"binade"``: of two, from a workgroup table by the exponent,
+filled by ``q_load_y_<tag>(lid)`` before the maps' barrier); 4-bit: the bisection over constants."""
 from __future__ import annotations
 
 from ..core import qclosed, quant
@@ -11,7 +12,7 @@ __all__ = ["closed_code_fn", "FORMS"]
 
 # the closed forms by state width (Optimizer.QFORM8, QFORM4 pick one; 4-bit "linear": the unsigned map's, the
 # signed one keeps the bisection)
-FORMS = {8: ("decade", "log", "calc"), 4: ("bisect", "linear")}
+FORMS = {8: ("decade", "log", "calc", "min", "binade"), 4: ("bisect", "linear")}
 
 
 def _f(v) -> str:
@@ -28,7 +29,8 @@ def closed_code_fn(tag: str, bits: int, form: str = "") -> list:
     if bits == 4:
         return _bisection(tag, quant.midpoints(bits, tag == "s"), "q_bisect_u" if form == "linear" and tag == "u"
                           else "") + (_linear() if form == "linear" and tag == "u" else [])
-    return _head(tag) + (_decades(tag) if form == "decade" else _log_y(tag)) + _settle(tag, form == "calc")
+    y = {"decade": _decades, "min": _min_y, "binade": _binade_y}.get(form, _log_y)(tag)
+    return (_binade_table(tag) if form == "binade" else []) + _head(tag) + y + _settle(tag, form == "calc")
 
 
 def _linear() -> list:
@@ -62,6 +64,31 @@ def _decades(tag: str) -> list:
     pick = [f"    s = select(s, {_f(slope[d + 1])}, ax >= {_f(low[d])}); c = select(c, {_f(icpt[d + 1])}, "
             f"ax >= {_f(low[d])});" for d in range(6)]
     return [f"    var s = {_f(slope[0])};", f"    var c = {_f(icpt[0])};", *pick, "    let y = s * ax + c;"]
+
+
+def _min_y(tag: str) -> list:
+    """y: the least of the seven decades' lines at |x| (core/qclosed.min_y: the lines meet at the thresholds and
+    each is flatter than the one below, so the least is the decade's own): seven multiply-adds and six minima, no
+    comparison, select or special function."""
+    _, slope, icpt = qclosed.decades(tag == "s")
+    return [f"    var y = fma(ax, {_f(slope[0])}, {_f(icpt[0])});"] + [
+        f"    y = min(y, fma(ax, {_f(slope[d])}, {_f(icpt[d])}));" for d in range(1, 7)]
+
+
+def _binade_table(tag: str) -> list:
+    """The "binade" form's workgroup table (core/qclosed.binades) and ``q_load_y_<tag>(lid)``, which fills it (the
+    caller's barrier follows)."""
+    rows = qclosed.binades(tag == "s")
+    fill = [f"        qy_{tag}[{k}] = vec4<f32>({', '.join(_f(v) for v in row)});" for k, row in enumerate(rows)]
+    return [f"var<workgroup> qy_{tag}: array<vec4<f32>, {len(rows)}>;",
+            f"fn q_load_y_{tag}(lid: u32) {{", "    if (lid == 0u) {", *fill, "    }", "}"]
+
+
+def _binade_y(tag: str) -> list:
+    """y: the least of the two lines of |x|'s binade (its biased exponent, clamped to the table's rows)."""
+    lo, hi = qclosed.BINADE_LO, qclosed.BINADE_HI
+    return [f"    let yl = qy_{tag}[clamp(bitcast<u32>(ax) >> 23u, {lo}u, {hi}u) - {lo}u];",
+            "    let y = min(fma(ax, yl.x, yl.y), fma(ax, yl.z, yl.w));"]
 
 
 def _log_y(tag: str) -> list:
