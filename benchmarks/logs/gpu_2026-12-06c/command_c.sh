@@ -1,0 +1,5 @@
+#!/bin/bash
+# session 2026-12-06 (third), command C (inline, the same warm H100, after QFULL = True was made the default): the
+# quantized rows with QFULL on by default against -qfull (the order reversed from command A), the knock-outs with it;
+# Dawn's MARS rows (command B's f16 row had slow rounds); the quantized variants' bit tests on NVIDIA again
+source .gl/gpu_env.sh >/dev/null; export PYTHONUNBUFFERED=1; kv() { local tag=$1 t=$2; shift 2; timeout $t python3 -u benchmarks/kernel_variants.py "$@" --json $OUT/kv_$tag.json > $OUT/kv_$tag.txt 2>&1; grep -E "of copy|left out|FAILED" $OUT/kv_$tag.txt | head -n 40; sed -n '/^optimizer/,$p' $OUT/kv_$tag.txt | awk '{print $1, $2, $4, $(NF-2), $(NF-1), $NF}'; }; RLX_GPU_IMPLEMENTATION=dawn kv dawnmars 45 --optimizers mars --precisions f16,bf16 --variants default,-hvec --budget-s 30; kv qdef 120 --optimizers adamw8bit,adamw4bit --precisions fp32,bf16 --variants default,-qfull,x-search,x-maps --budget-s 90; timeout 60 python3 -m pytest -q tests/test_kernel_variants.py -k "state_bits and (float32 or bfloat16)" 2>&1 | tail -n 2
