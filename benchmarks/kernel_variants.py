@@ -22,8 +22,8 @@ the unit without tail masks, or not), ``+qdecade``, ``+qbisect``
 and ``-qclosed`` (the forms and the guide search the defaults replaced; a variant whose switches are the default's
 is timed once, under the first name); ``+f16round`` (LAMB's float16 rows: F16ROUND on, the moments as
 the apply pass re-reads them rounded by the hardware's conversion, engine/codegen.py); ``-hvec`` (LAMB's float16
-rows: unpack4_f16 by four scalar h2f calls again, as before it took vector operations: the same bits); ``-merge``, ``-rowcols``
-(Adafactor: its stats pass apart from update_norm again; its rows and cols passes in two dispatches again),
+rows: unpack4_f16 by four scalar h2f calls again, as before it took vector operations: the same bits);
+``-merge``, ``-rowcols`` (Adafactor: its stats pass apart from update_norm again; its rows and cols passes in two dispatches again),
 ``finish1``, ``finish8`` (Adafactor.FINISH: the finish pass loads 1 or 8 column partials at once, the default 16;
 ``+recip``: Adafactor.RECIP, direction()'s row by a float32 reciprocal; ``+ptloads`` (the reducing rows):
 Optimizer.PTLOADS, the per-tensor passes load 8 partials at once;
@@ -67,8 +67,9 @@ def variants(opt: str, precision: str) -> list:
     out = ["off", "default"]
     low = precision != "fp32"
     if opt in QUANTIZED:
-        return out + ["+qfull", "-qfull", "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4",
-                     *[v for v, (b, _) in QFORMS.items() if b == (8 if opt == "adamw8bit" else 4)], *DIAGNOSTICS]
+        forms = [v for v, (b, _) in QFORMS.items() if b == (8 if opt == "adamw8bit" else 4)]
+        return out + ["+qfull", "-qfull", "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4",
+                      "qclosed-qept4", *forms, *DIAGNOSTICS]
     if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
                                                                                           else [])
@@ -225,8 +226,8 @@ def groups(args) -> list:
 
 
 COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "+f16round", "-f16round", "-hvec",
-           "+qfull", "-qfull", "-merge", "-rowcols", "finish1", "finish8", "+recip", "-recip", "+ptloads", "-ptloads", "+qdirect", "ept4", "-qclosed",
-           "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
+           "+qfull", "-qfull", "-merge", "-rowcols", "finish1", "finish8", "+recip", "-recip", "+ptloads", "-ptloads",
+           "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
 
 
 def table(rows: list, base: list, copy_gbps: float) -> str:

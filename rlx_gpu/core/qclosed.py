@@ -43,8 +43,8 @@ import numpy as np
 
 from . import quant
 
-__all__ = ["decades", "guess", "check_guess", "log_y", "LOG_ERR", "min_y", "MIN_ERR", "binades", "binade_y", "MIDS", "MID_BAND", "check_linear4", "mid_sums",
-           "check_mids", "SCALE_RANGE"]
+__all__ = ["decades", "guess", "check_guess", "log_y", "LOG_ERR", "min_y", "MIN_ERR", "binades", "binade_y", "MIDS",
+           "MID_BAND", "check_linear4", "mid_sums", "check_mids", "SCALE_RANGE"]
 
 F32 = np.float32
 SCALE_RANGE = (2.0 ** -100, 2.0 ** 100)  # block scales outside take the bisection
