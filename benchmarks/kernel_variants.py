@@ -52,7 +52,7 @@ from rlx_gpu.tools.bench.rows import grads as make_grads
 from rlx_gpu.tools.bench.shapes import EXTRA_BASELINES, OPTIMIZERS, PRECISIONS, min_bytes, param_set
 from rlx_gpu.tools.bench.timing import Timer, copy_bandwidth, median, steps_for
 
-from qdiag import DIAGNOSTICS, diagnostic_class  # (benchmarks/: the script's folder)
+from qdiag import DIAGNOSTICS, diagnostic_class, rewritten_class  # (benchmarks/: the script's folder)
 
 ELEMENTWISE = ("adamw", "adam", "sgd", "rmsprop", "adagrad", "nadamw", "radam", "qhadamw", "lion", "sophiah")
 REDUCING = ("lamb", "mars", "adafactor")
@@ -109,16 +109,13 @@ _SCALAR_UNPACK4_F16 = ("fn unpack4_f16(w: vec2<u32>) -> vec4<f32> {\n    return 
 REWRITTEN = (*DIAGNOSTICS, "-hvec")  # (variants that rewrite the default's text: timed even with its switches)
 
 
-def scalar_h2f_class(base: type, attrs: dict) -> type:
-    """A subclass of ``base`` whose modules widen float16 by four scalar h2f calls again (``-hvec``)."""
-    def _module(self, bucket):
-        text = base._module(self, bucket)
-        start = text.find("fn unpack4_f16(")
-        end = text.find("\n}", start) + 2
-        if start < 0 or "unpack4_f16" not in text[end:]:
-            raise RuntimeError("-hvec: the module has no unpack4_f16 to rewrite, or does not use it")
-        return text[:start] + _SCALAR_UNPACK4_F16 + text[end:]
-    return type(base.__name__, (base,), {**attrs, "_module": _module})
+def scalar_h2f(text: str) -> str:
+    """A module's text with unpack4_f16 by four scalar h2f calls again (``-hvec``)."""
+    start = text.find("fn unpack4_f16(")
+    end = text.find("\n}", start) + 2
+    if start < 0 or "unpack4_f16" not in text[end:]:
+        raise RuntimeError("-hvec: the module has no unpack4_f16 to rewrite, or does not use it")
+    return text[:start] + _SCALAR_UNPACK4_F16 + text[end:]
 
 
 def switches(variant: str, cls=Optimizer) -> dict:
@@ -150,7 +147,7 @@ def _build(opt: str, precision: str, variant: str, params: dict, grads: dict, de
     pd, gd, sd, master = PRECISIONS[precision]
     base = getattr(rlx_gpu, cls_name)
     cls = (diagnostic_class(base, variant, switches("default", base)) if variant in DIAGNOSTICS
-           else scalar_h2f_class(base, switches("default", base)) if variant == "-hvec"
+           else rewritten_class(base, switches("default", base), scalar_h2f) if variant == "-hvec"
            else type(cls_name, (base,), switches(variant, base)))
     o = cls(params, lr=1e-3, **kw, state_dtype=sd, master_weights=master, grad_dtype=None if gd == pd else gd,
             device=dev)

@@ -33,9 +33,16 @@ def rewrite(text: str, which: str) -> str:
     return out
 
 
+def rewritten_class(base: type, attrs: dict, fn, quantized_only: bool = False) -> type:
+    """A subclass of optimizer class ``base`` (with the class attributes ``attrs``) whose modules are ``fn`` of the
+    base's module text (``quantized_only``: the quantized buckets' modules alone)."""
+    def _module(self, bucket):
+        text = base._module(self, bucket)
+        return fn(text) if bucket.sig.qbits or not quantized_only else text
+    return type(base.__name__, (base,), {**attrs, "_module": _module})
+
+
 def diagnostic_class(base: type, which: str, attrs: dict) -> type:
     """A subclass of optimizer class ``base`` (with the class attributes ``attrs``) whose modules are rewritten."""
-    def _module(self, bucket):
-        return rewrite(base._module(self, bucket), which) if bucket.sig.qbits else base._module(self, bucket)
     extra = {"QDIRECT": True} if which == "x-maps" else {}
-    return type(base.__name__, (base,), {**attrs, **extra, "_module": _module})
+    return rewritten_class(base, {**attrs, **extra}, lambda text: rewrite(text, which), quantized_only=True)

@@ -127,3 +127,16 @@ def load_script(path, name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def run_main(device, label: str, code: str, inputs: dict, outputs: dict, workgroups: int) -> dict:
+    """Bind ``inputs`` (binding name -> array, uploaded) and ``outputs`` (binding name -> bytes), dispatch
+    ``workgroups`` workgroups of ``main`` in ``code``, and return each output's bytes (uint8 arrays)."""
+    from rlx_gpu.runtime import get_kernel
+    k = get_kernel(device, label, code, "main")
+    bufs = {n: device.buffer(a.nbytes, n, data=a) for n, a in inputs.items()}
+    bufs.update({n: device.buffer(size, n) for n, size in outputs.items()})
+    enc = device.device.create_command_encoder()
+    k.dispatch(enc, k.bind(bufs), workgroups)
+    device.queue.submit([enc.finish()])
+    return {n: np.asarray(device.read(bufs[n])) for n in outputs}

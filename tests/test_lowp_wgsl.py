@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from rlx_gpu.runtime.source import load_source
+from helpers import run_main
 
 pytestmark = pytest.mark.gpu
 
@@ -25,17 +26,10 @@ _MAIN = """
 
 
 def _run(device, bits: np.ndarray):
-    from rlx_gpu.runtime import get_kernel
-    code = "\n".join([load_source("lowp.wgsl"), _MAIN])
-    k = get_kernel(device, "lowp-test", code, "main")
     n = bits.size // 4
-    bufs = {"halves": device.buffer(bits.nbytes, "h", data=bits), "wide": device.buffer(16 * n, "w"),
-            "one": device.buffer(16 * n, "o"), "back": device.buffer(bits.nbytes, "b")}
-    enc = device.device.create_command_encoder()
-    k.dispatch(enc, k.bind(bufs), -(-n // 64))
-    device.queue.submit([enc.finish()])
-    return [device.read(bufs[b]).view(np.uint32)[:n * 4] for b in ("wide", "one")] + \
-        [device.read(bufs["back"]).view(np.uint16)[:n * 4]]
+    out = run_main(device, "lowp-test", "\n".join([load_source("lowp.wgsl"), _MAIN]), {"halves": bits},
+                   {"wide": 16 * n, "one": 16 * n, "back": bits.nbytes}, -(-n // 64))
+    return [out[b].view(np.uint32)[:n * 4] for b in ("wide", "one")] + [out["back"].view(np.uint16)[:n * 4]]
 
 
 def test_every_float16_widens_and_packs_back_exactly(device):

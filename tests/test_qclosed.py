@@ -14,6 +14,7 @@ from rlx_gpu.core import qclosed, quant
 from rlx_gpu.engine.qcodegen import _maps, _search_fns
 from rlx_gpu.runtime.qarena import header
 from rlx_gpu.runtime.source import load_source
+from helpers import run_main
 
 F32 = np.float32
 
@@ -47,6 +48,13 @@ def test_log_forms_guess_within_their_bound(signed):
         qclosed.check_guess(signed, err=0.3)
 
 
+def _near_events(signed: bool, ulps: int = 96) -> np.ndarray:
+    """Every non-negative float32 within ``ulps`` steps of an 8-bit map's event (core/qclosed._events)."""
+    ev = qclosed._events(signed).view(np.int32).astype(np.int64)
+    near = (ev[:, None] + np.arange(-ulps, ulps + 1)).reshape(-1)
+    return near[near >= 0].astype(np.int32).view(F32)
+
+
 @pytest.mark.parametrize("signed", [True, False])
 def test_min_form_guess_within_its_bound(signed):
     """The "min" form's y (core/qclosed.min_y: the least of the seven lines, each multiply-add fused or not) lies
@@ -55,9 +63,7 @@ def test_min_form_guess_within_its_bound(signed):
     the decade's line only because each is flatter than the one below: with a steeper last line the bound fails."""
     x = np.concatenate([np.geomspace(1e-10, 2, 400_001), [0.0, 1e-45, 1e-38]]).astype(F32)
     x = np.concatenate([x, (10.0 ** np.arange(-7, 1)[:, None] * (1 + np.arange(-64, 65) * 2.0 ** -23)).ravel()])
-    ev = qclosed._events(signed).view(np.int32).astype(np.int64)
-    near = (ev[:, None] + np.arange(-96, 97)).reshape(-1)
-    x = np.concatenate([x, near[near >= 0].astype(np.int32).view(F32)])
+    x = np.concatenate([x, _near_events(signed)])
     for fused in (False, True):
         assert np.abs(qclosed.min_y(x, signed, fused) - qclosed._line(x, signed)).max() < qclosed.MIN_ERR / 10
     assert qclosed.check_guess(signed, err=qclosed.MIN_ERR) > 50_000
@@ -76,9 +82,7 @@ def test_binade_form_is_the_min_forms_y(signed):
     bit for bit, both roundings, over the decades, 0, past 1 and near every event (so MIN_ERR's bound holds); a
     table row with the wrong pair of lines is caught."""
     x = np.concatenate([np.geomspace(1e-12, 4, 200_001), [0.0, 1e-45, 1e-38, 1e3]]).astype(F32)
-    ev = qclosed._events(signed).view(np.int32).astype(np.int64)
-    near = (ev[:, None] + np.arange(-96, 97)).reshape(-1)
-    x = np.concatenate([x, near[near >= 0].astype(np.int32).view(F32)])
+    x = np.concatenate([x, _near_events(signed)])
     for fused in (False, True):
         np.testing.assert_array_equal(qclosed.binade_y(x, signed, fused), qclosed.min_y(x, signed, fused))
     orig, rows = qclosed.binades, qclosed.binades(signed).copy()
@@ -158,15 +162,9 @@ def _sweep(bits: int, signed: bool):
 
 
 def _codes(device, code: str, vals, words, h) -> np.ndarray:
-    from rlx_gpu.runtime import get_kernel
-    k = get_kernel(device, "qclosed-test", code, "main")
-    bufs = {"h_q": device.buffer(h.nbytes, "h", data=h), "vals": device.buffer(vals.nbytes, "v", data=vals),
-            "words": device.buffer(words.nbytes, "w", data=words),
-            "codes": device.buffer(vals.nbytes, "c")}
-    enc = device.device.create_command_encoder()
-    k.dispatch(enc, k.bind(bufs), -(-words.size // 64))
-    device.queue.submit([enc.finish()])
-    return device.read(bufs["codes"]).view(np.uint32)[:vals.size].reshape(-1, 4)
+    out = run_main(device, "qclosed-test", code, {"h_q": h, "vals": vals, "words": words}, {"codes": vals.nbytes},
+                   -(-words.size // 64))
+    return out["codes"].view(np.uint32)[:vals.size].reshape(-1, 4)
 
 
 @pytest.mark.gpu
