@@ -4,8 +4,9 @@ Every figure below is measured once per round, in turn, over ``--rounds`` rounds
 other load hit them alike), and reported as the median over rounds:
 
 - ``rows``: AdamW from the device grad slots (``opt.step()``), plain, checked (``clip_grad_norm=1.0,
-  skip_nonfinite=True``) and scheduled (plain, with ``set_lr`` before every step, as a scheduler does; against
-  the plain step's floor), at 1, 20 and 148 tensors of ``--numel`` elements, each against its floor: the same step's
+  skip_nonfinite=True``), scheduled (plain, with ``set_lr`` before every step; against the plain step's floor)
+  and scheduler (plain, with ``rlx_gpu.schedules``' cosine schedule stepped after every step: it writes each
+  group's lr, as torch's schedulers do, and the step checks the changed value; the plain step's floor), at 1, 20 and 148 tensors of ``--numel`` elements, each against its floor: the same step's
   native calls recorded once and replayed with bare wgpu-py (:class:`Floor`: the same pipelines, bind groups, grids
   and writes, so the same GPU work, and none of our Python; the outcome copies of checked steps left out). Per
   step: ``call_us``, the wall time of a call with the device idle (synchronised before it: the host's share),
@@ -114,7 +115,8 @@ def per_step(fn, sync, steps: int, idle=None) -> dict:
             "call_us": 1e6 * float(np.median(calls))}
 
 
-KINDS = (("plain", {}), ("checked", {"clip_grad_norm": 1.0, "skip_nonfinite": True}), ("scheduled", {}))
+KINDS = (("plain", {}), ("checked", {"clip_grad_norm": 1.0, "skip_nonfinite": True}), ("scheduled", {}),
+         ("scheduler", {}))
 
 
 def scheduled(opt):
@@ -126,6 +128,16 @@ def scheduled(opt):
         n[0] += 1
         opt.set_lr(1e-3 / (1 + 1e-6 * n[0]))
         opt.step()
+    return step
+
+
+def scheduler(opt):
+    """The plain step, then a cosine schedule's step (it writes every group's lr, as torch's schedulers do)."""
+    sched = rlx_gpu.schedules.CosineAnnealingLR(opt, T_max=10 ** 9)
+
+    def step():
+        opt.step()
+        sched.step()
     return step
 
 
@@ -143,7 +155,7 @@ def host_steps(dev, tensors, numel: int, steps: int, rounds: int) -> list:
                 for _ in range(3):  # (past the first steps: their record tables are made)
                     o.step()
             floor = Floor(twin)
-            step = scheduled(opt) if kind == "scheduled" else opt.step
+            step = {"scheduled": scheduled, "scheduler": scheduler}.get(kind, lambda o: o.step)(opt)
             figs[f"{kind} ours"] = lambda o=opt, f=step: per_step(f, lambda: (o.last_step_skipped, dev.sync()),
                                                                   steps, dev.sync)
             figs[f"{kind} floor"] = lambda f=floor: per_step(f.step, dev.sync, steps)
@@ -247,11 +259,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=200, help="back-to-back steps per measurement")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--gpt2", action="store_true", help="also the drop-in on GPT-2 small's shapes (large)")
+    ap.add_argument("--floors-only", action="store_true", help="only the floor comparison (rows)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     dev = rlx_gpu.get_device()
     out = {"adapter": dev.name, "rounds": args.rounds, "steps": args.steps,
            "rows": host_steps(dev, [int(x) for x in args.tensors.split(",")], args.numel, args.steps, args.rounds)}
+    if args.floors_only:
+        report(out, args.json)
+        return out
     if torch.cuda.is_available():
         out["vs_torch"] = vs_torch(dev, args.steps, args.rounds)
     out["dropin"] = dropin(dev, max(1, args.steps // 4), args.rounds)

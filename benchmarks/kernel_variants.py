@@ -17,6 +17,7 @@ of half the threads, the engine block kept); ``+qlog``, ``+qcalc`` (quantized ro
 closed form QFORM8 ``"log"``, the decade by log2, or ``"calc"``, that and the midpoint computed: engine/qsearch.py),
 ``+qlin4`` (QFORM4 ``"linear"``: the 4-bit unsigned map's code by one comparison), ``+qmin`` (QFORM8 ``"min"``: the
 least of the seven lines, no decade), ``+qbin`` (QFORM8 ``"binade"``: of two lines from a table by the exponent),
+``+qvlog`` (QFORM8 ``"vlog"``: log for four values at once, one branch for the four, 2^d by bits),
 ``+qfull``/``-qfull`` (quantized rows: QFULL, their subgroup driver's blocks wholly inside their tensor by a copy of
 the unit without tail masks, or not), ``+qdecade``, ``+qbisect``
 and ``-qclosed`` (the forms and the guide search the defaults replaced; a variant whose switches are the default's
@@ -59,7 +60,8 @@ REDUCING = ("lamb", "mars", "adafactor")
 QUANTIZED = ("adamw8bit", "adamw4bit")
 # variant: (width, its QFORM) (the first two: the forms before the H200 chose "log" and "linear")
 QFORMS = {"+qdecade": (8, "decade"), "+qbisect": (4, "bisect"), "+qlog": (8, "log"), "+qcalc": (8, "calc"),
-          "+qlin4": (4, "linear"), "+qmin": (8, "min"), "+qbin": (8, "binade")}
+          "+qlin4": (4, "linear"), "+qmin": (8, "min"), "+qbin": (8, "binade"),
+          "+qvlog": (8, "vlog")}
 
 
 def variants(opt: str, precision: str) -> list:

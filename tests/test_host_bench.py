@@ -22,7 +22,7 @@ def test_tiny_run_has_every_figure(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(out.read_text())
     assert [(row["tensors"], row["step"]) for row in rep["rows"]] == [
-        (n, kind) for n in (1, 3) for kind in ("plain", "checked", "scheduled")]
+        (n, kind) for n in (1, 3) for kind in ("plain", "checked", "scheduled", "scheduler")]
     for row in rep["rows"]:
         assert {"call_us", "wall_us", "cpu_us"} <= set(row["ours"]) == set(row["floor"])
         assert row["ratio_call"] > 0 and row["ratio_cpu"] > 0

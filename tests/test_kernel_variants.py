@@ -37,7 +37,9 @@ QVARIANTS = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {
              # (8-bit's least of the lines; FULL's unmasked copy of the unit in the subgroup driver, with QEPT too)
              dict(OFF, SUBGROUPS=True, QFULL=True, QCLOSED=True, QFORM8="min"), {"QFORM8": "binade", "QEPT": 4},
              {"QFULL": True, "QEPT": 4}, {"QFULL": True},
-             dict(OFF, QCLOSED=True, QFORM8="binade")]
+             dict(OFF, QCLOSED=True, QFORM8="binade"),
+             # (8-bit's log for four values at once, 2^d by bits)
+             {"QFORM8": "vlog"}, {"QFORM8": "vlog", "QEPT": 4}, dict(OFF, QCLOSED=True, QFORM8="vlog")]
 # (class, hyperparameters, options): elementwise ones bit for bit, reducing ones within the bound
 CASES = [("AdamW", {"amsgrad": True}, {}), ("SGD", {"momentum": 0.9, "nesterov": True}, {}), ("Lion", {}, {}),
          ("RMSprop", {"centered": True, "momentum": 0.5}, {}), ("LAMB", {}, {}), ("Mars", {}, {}),
@@ -203,7 +205,7 @@ def test_quantized_switches_by_state_width(device):
     assert (rlx_gpu.AdamW.QFORM8, rlx_gpu.AdamW.QFORM4) == ("log", "linear")
     bad = _variant("AdamW", {"QCLOSED": {8: True}, "QFORM8": "nope"})(p, state_bits=8, min_quantized_size=1,
                                                                       device=device)
-    with pytest.raises(ValueError, match=r"QFORM8: unknown form 'nope'; expected one of \['decade', 'log', 'calc', 'min', 'binade'\]"):
+    with pytest.raises(ValueError, match=r"QFORM8: unknown form 'nope'; expected one of \['decade', 'log', 'calc', 'min', 'binade', 'vlog'\]"):
         bad.step({"a": np.ones(3000, np.float32)})
     np.testing.assert_array_equal(bad.read_params()["a"], p["a"])  # (nothing changed)
     bad4 = _variant("AdamW", {"QFORM4": "decade"})(p, state_bits=4, min_quantized_size=1, device=device)

@@ -5,7 +5,8 @@ and block words: every binade of v / absmax with dense mantissas, every midpoint
 up to 3 ulps both ways, 0, -0, subnormals, +-inf, NaN, values past the map's ends; absmax words of every exponent
 (subnormal, 0, FLT_MAX, flagged: a negated block, a block holding +inf). The optimizers' parity with the switch on:
 tests/test_kernel_variants.py. Each closed form (engine/qsearch.FORMS) so: 8-bit's decade by comparisons, by log2, and that with the
-midpoint computed, the least of the seven lines (min) and of two from a table by the exponent (binade); 4-bit's
+midpoint computed, the least of the seven lines (min) and of two from a table by the exponent (binade), log for
+four values at once (vlog); 4-bit's
 constant bisection and the unsigned map's one comparison (linear)."""
 import numpy as np
 import pytest
@@ -153,7 +154,8 @@ def _sweep(bits: int, signed: bool):
             at = (sc * mids).astype(F32)
             near = (at.view(np.int32)[:, None] + np.arange(-3, 4)).ravel().view(F32)
             v = np.concatenate([(sc * rel).astype(F32), near, -near, special, [sc, -sc]]).astype(F32)
-        v = np.concatenate([v, np.zeros(-v.size % 4, F32)])
+            mixed = np.array([np.inf, 0.3, np.nan, 0.7, 0.01, -np.inf, -0.5, np.nan], F32) * sc  # (rows of normal
+        v = np.concatenate([v, np.zeros(-v.size % 4, F32), mixed])  # values beside inf/NaN: vlog's fallback of four)
         w = np.full(v.size // 4, np.array(a, F32).view(np.uint32), np.uint32)
         w[1::2] |= quant.FLAG  # every other row: a negated block (signed), a block holding +inf (unsigned)
         vals.append(v.reshape(-1, 4))
@@ -169,7 +171,7 @@ def _codes(device, code: str, vals, words, h) -> np.ndarray:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("bits,form", [(8, "decade"), (8, "log"), (8, "calc"), (8, "min"), (8, "binade"),
-                                       (4, "bisect"), (4, "linear")])
+                                       (8, "vlog"), (4, "bisect"), (4, "linear")])
 @pytest.mark.parametrize("signed", [True, False])
 def test_closed_form_codes_are_the_searchs(bits, form, signed, device):
     """The closed form's codes equal the guide search's and the rule's count (core/quant.py's bisection) where the

@@ -100,6 +100,15 @@ def _change(o, s: int) -> None:
         o.set_lr_scale({"t1": 0.5, "t3": 2.0})
 
 
+def _three(params, device, **kw) -> tuple:
+    """(an AdamW whose quick-path calls' results go to ``taken``, one kept on the general path, the twin, taken)."""
+    quick, general = (rlx_gpu.AdamW(params, device=device, **kw) for _ in range(2))
+    general._quick_ok = False
+    taken, real = [], quick._quick_step
+    quick._quick_step = lambda check: taken.append(real(check)) or taken[-1]
+    return quick, general, rlx_gpu.reference.AdamW(params, **kw), taken
+
+
 @pytest.mark.parametrize("kw", [{}, {"skip_nonfinite": True}, {"clip_grad_norm": 1.0, "skip_nonfinite": True}],
                          ids=str)
 def test_changes_between_quick_steps_are_honoured(kw, device):
@@ -107,11 +116,7 @@ def test_changes_between_quick_steps_are_honoured(kw, device):
     between them, and a state dict loaded: the quick path ends bit for bit where the general path ends, and each
     is the twin's run."""
     params = make_params(SIZES, seed=37)
-    quick, general = (rlx_gpu.AdamW(params, device=device, **kw) for _ in range(2))
-    twin = rlx_gpu.reference.AdamW(params, **kw)
-    general._quick_ok = False
-    taken, real = [], quick._quick_step
-    quick._quick_step = lambda check: taken.append(real(check)) or taken[-1]
+    quick, general, twin, taken = _three(params, device, **kw)
     saved = None
     for s in range(200):
         g = grads_at(params, s, kw.get("skip_nonfinite", False) and s % 23 == 5)
@@ -139,11 +144,7 @@ def test_a_scheduled_lr_takes_the_quick_path(device):
     (validated there, its table made there), bit for bit the general path's run and the twin's; a bad lr set
     there raises before anything changes."""
     params = make_params(SIZES, seed=41)
-    quick, general = (rlx_gpu.AdamW(params, device=device) for _ in range(2))
-    twin = rlx_gpu.reference.AdamW(params)
-    general._quick_ok = False
-    taken, real = [], quick._quick_step
-    quick._quick_step = lambda check: taken.append(real(check)) or taken[-1]
+    quick, general, twin, taken = _three(params, device)
     runs = [(o, rlx_gpu.schedules.CosineAnnealingLR(o, T_max=30)) for o in (quick, general, twin)]
     for s in range(30):
         g = grads_at(params, s, False)
@@ -241,3 +242,57 @@ def test_only_changed_values_are_validated_and_each_is(device):
     twin.param_groups[1]["momentum"] = 0.8
     twin.step(grads_at(params, 0, False))
     assert_same(opt, twin, "SGD after the changes")
+
+
+def test_set_lr_is_checked_once_and_the_step_takes_it(device):
+    """``set_lr`` before every step (a scheduler's way on the NumPy API): the value is checked in set_lr and not
+    again at the step, every step after the first takes the quick path, bit for bit the general path's run and the
+    twin's; a value the caller changed in a group beside it is still checked at the step (and changes nothing)."""
+    params = make_params(SIZES, seed=47)
+    quick, general, twin, taken = _three(params, device)
+    checks, validate = [], type(quick).spec.validate
+    for s in range(25):
+        g = grads_at(params, s, False)
+        for o in (quick, general, twin):
+            o.set_lr(1e-3 / (1 + 0.1 * s))
+            if o is twin:
+                o.step(g)
+                continue
+            o.write_grads(g)
+            o.spec.validate = lambda group, keys=None: checks.append(keys) or validate(group, keys)
+            try:
+                o.step()
+            finally:
+                del o.spec.validate
+    assert checks == [] and taken[0] is False and all(taken[1:]), (checks, taken)
+    assert snapshot(quick) == snapshot(general)
+    assert_same(quick, twin, "set_lr before every step")
+    before = snapshot(quick)
+    quick.param_groups[0]["weight_decay"] = -1.0
+    quick.set_lr(5e-4)
+    with pytest.raises(ValueError, match="weight_decay"):
+        quick.step()
+    assert snapshot(quick) == before
+
+
+def test_pack_one_is_pack():
+    """A tensor's record from ``Record.pack_one`` is ``pack``'s word for word (floats and one-element float64 arrays,
+    rounded once to float32, -0.0, subnormals, flags); anything else (an int, a value past float32) is left to
+    pack (None)."""
+    from rlx_gpu.engine.records import Record
+    rec = Record("a", "b", "c", "k:u32", flags=("x", "y"), states=("m",))
+    rng = np.random.default_rng(49)
+    vals = [0.0, -0.0, 1e-40, -3e-39, 1.0 + 2.0 ** -30, 3.4028235e38, float(np.float32(1e-3)), np.pi]
+    for _ in range(200):
+        cols = {n: float(rng.choice(vals)) * float(rng.choice([1.0, -1.0, 0.5, 1 / 3])) for n in ("c", "a")}
+        cols["a"] = np.float64(cols["a"])
+        cols["b"] = np.array([rng.standard_normal() * 10.0 ** rng.integers(-45, 38)])
+        named = {"x": bool(rng.integers(2)), "has_m": np.array([bool(rng.integers(2))]), "active": True}
+        want = rec.pack(1, cols, rec.flags(1, named), {})[0]
+        assert np.array_equal(rec.pack_one(cols, named), want), cols
+    named = {"y": True, "has_m": False}
+    assert np.array_equal(rec.pack_one({}, named), rec.pack(1, {}, rec.flags(1, named), {})[0])  # (flags alone)
+    assert rec.pack_one({"a": 1, "b": 2.0}, {}) is None  # (an int: pack's cast)
+    assert rec.pack_one({"a": 3.5e38}, {}) is None  # (past float32: pack gives inf)
+    assert rec.pack_one({"k": 1.0}, {}) is None  # (a u32 word)
+    assert rec.pack_one({"a": np.array([1.0, 2.0])}, {}) is None

@@ -64,6 +64,9 @@ def validate_group(owner: str, group: dict, defaults: dict) -> None:
     """Check every hyperparameter of ``group`` against the type and range its default implies."""
     for name, default in defaults.items():
         v = group[name]
+        if type(v) is float and type(default) is float and -F32_MAX <= v <= F32_MAX and (
+                v >= 0.0 or name in _SIGNED):
+            continue  # (a float in range, as the checks below find it: a scheduler's lr, without ABC checks)
         if isinstance(default, bool):
             if not isinstance(v, (bool, np.bool_)):
                 raise TypeError(f"{owner}: {name} must be True or False, got {v!r}")

@@ -63,6 +63,9 @@ def plain_hyper(owner: str, hyper: dict) -> dict:
     1-element"), and a pair (betas) holding one tensor and one float refused as torch refuses it."""
     out = {}
     for k, v in hyper.items():
+        if type(v) is float:  # (the common case, without the tensor checks)
+            out[k] = v
+            continue
         if is_tensor(v):
             v = _one(owner, k, v)
         elif isinstance(v, (tuple, list)) and any(is_tensor(x) for x in v):

@@ -30,7 +30,7 @@ def one_row(opt, active, steps, fresh0, mat, device_scale) -> np.ndarray | None:
     tmpl = _template(opt, active, mat, device_scale)
     if tmpl is None:
         return None
-    words, fields, members = tmpl
+    words, fields, members, sr = tmpl
     out = words.copy()
     rec = opt.record
     recs = out[:len(opt._names) * rec.size].reshape(-1, rec.size)
@@ -39,22 +39,25 @@ def one_row(opt, active, steps, fresh0, mat, device_scale) -> np.ndarray | None:
         if rep is None:
             continue
         r = row[sel]
-        if not (r == r[0]).all():
+        t = r[0]
+        if not (r == t).all():
             return None
-        c, f = opt.fill(scaled(g, opt._scale[rep], opt.spec.lr_keys), np.maximum(r[:1], 1).astype(np.float64),
+        c, f = opt.fill(scaled(g, opt._scale[rep], opt.spec.lr_keys), np.array([max(t, 1)], np.float64),
                         [fresh0[rep[0]]], rep)
         if not fields.issuperset(c):
             return None
-        flags = rec.flags(1, dict(f, maximize=bool(g.get("maximize", False))))
-        recs[sel] |= rec.pack(1, c, flags, {})[0]
-    if opt._sr.any():
+        named = dict(f, maximize=bool(g.get("maximize", False)))
+        one = rec.pack_one(c, named)  # (the words pack gives, with fewer NumPy calls)
+        recs[sel] |= one if one is not None else rec.pack(1, c, rec.flags(1, named), {})[0]
+    if sr:
         recs[:, rec.tensor.offset["rkey"]] = step_keys(opt.precision["rounding_seed"], steps, opt._name_hash)[0]
     return out[None]
 
 
 def _template(opt, active, mat, device_scale):
     """(the row's words without any group's record, the optimizer's field names, per group its first tensor and its
-    tensors), or None where a group's tensors have lr scales that differ (more than one class)."""
+    tensors, whether any tensor rounds stochastically), or None where a group's tensors have lr scales that differ
+    (more than one class)."""
     key = (active.tobytes(), tuple(mat), bool(device_scale), repr(opt._grad_mul), repr(opt.clip_grad_norm),
            opt._scale.tobytes(), id(opt._group_members))  # (repr: -0.0 is not 0.0)
     cache = opt.__dict__.setdefault("_row_templates", {})
@@ -72,7 +75,7 @@ def _template(opt, active, mat, device_scale):
         words[n * rec.size:] = opt._global_words(device_scale)
         members = [(sel[:1], slice(sel[0], sel[-1] + 1) if sel[-1] - sel[0] + 1 == len(sel) else sel) if len(sel)
                    else (None, None) for sel in opt._group_members]  # (a view where a group's tensors are a run)
-        tmpl = (words, frozenset(rec.fields), members)
+        tmpl = (words, frozenset(rec.fields), members, bool(opt._sr.any()))
     if len(cache) >= TEMPLATES:
         cache.clear()
     cache[key] = tmpl

@@ -36,7 +36,7 @@ from .statedict import StateMixin
 from .hostio import HostIOMixin
 from .sparse import SparseMixin
 from .steps import StepMixin
-from .watch import validate_groups
+from .watch import checked_by_caller, validate_groups
 
 __all__ = ["Optimizer", "Pass"]
 
@@ -279,12 +279,14 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
         """Every group's hyperparameters checked (:func:`rlx_gpu.engine.watch.validate_groups`)."""
         validate_groups(self)
 
+    @locked
     def set_lr(self, lr: float) -> None:
         """Set the learning rate of every param group (takes effect at the next step); a bad value raises before
         any group changes."""
         lr = checked_lr(self.spec, self.param_groups, lr)
         for g in self.param_groups:
             g["lr"] = lr
+        checked_by_caller(self, "lr")  # (checked as the step would: it does not check it again)
 
     @locked
     def set_lr_scale(self, lr_scale) -> None:

@@ -99,7 +99,8 @@ def _search_fns(tag: str, bits: int, closed: bool = False, form: str = "") -> li
               "    for (var st = QN / 2u; st > 0u; st = st / 2u) {",
               f"        if (sc * q_t_{tag}(c + st - 1u) < v) {{ c = c + st; }}", "    }", "    return c;", "}"]
     if closed:
-        return (bisect if bits == 8 else []) + closed_code_fn(tag, bits, form) + _codes_fns(tag, bits)
+        return (bisect if bits == 8 else []) + closed_code_fn(tag, bits, form) + _codes_fns(tag, bits,
+                                                                                          form == "vlog")
     return bisect + [
             f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{",
             "    // the guide's guess from the float bits of v / a is within one code of the count of",
@@ -173,9 +174,10 @@ def _bmax(mine, signs: dict) -> list:
             "    return k;", "}"]
 
 
-def _codes_fns(tag: str, bits: int) -> list:
-    """The block key, absmax word and codes of a signed (``s``) or unsigned (``u``) state (core/quant.py's rule)."""
-    codes = ", ".join(f"q_code_{tag}(x.{c}, a, inv)" for c in "xyzw")
+def _codes_fns(tag: str, bits: int, four: bool = False) -> list:
+    """The block key, absmax word and codes of a signed (``s``) or unsigned (``u``) state (core/quant.py's rule;
+    ``four``: by ``q_code4_<tag>``, four values a call)."""
+    codes = f"q_code4_{tag}(x, a, inv)" if four else ", ".join(f"q_code_{tag}(x.{c}, a, inv)" for c in "xyzw")
     head = [f"fn q_codes_{tag}(v: vec4<f32>, aw: u32) -> vec4<u32> {{", "    let a = bitcast<f32>(aw & ABS_BITS);",
             "    let inv = 1.0 / select(a, 1.0, a == 0.0);"]
     if tag == "s":
@@ -187,13 +189,14 @@ def _codes_fns(tag: str, bits: int) -> list:
                 "fn q_word_s(k: u32) -> u32 {  // the absmax word: sign bit set when the largest magnitude is negative",
                 "    return (k >> 1u) | select(0u, 0x80000000u, (k & 1u) == 0u && k > 1u);", "}",
                 *head, "    let x = select(v, -v, vec4<bool>(aw > ABS_BITS));  // a negated block",
-                f"    return vec4<u32>({codes});", "}"]
+                f"    return {codes};" if four else f"    return vec4<u32>({codes});", "}"]
     zero = ["    c = select(c, max(c, vec4<u32>(1u)), v > vec4<f32>(0.0));  // a positive value never reads back as 0"]
     return ["fn q_key_u(v: vec4<f32>) -> u32 {  // the largest finite |v|",
             "    let m = bitcast<vec4<u32>>(v) & vec4<u32>(ABS_BITS);",
             "    let k = select(m, vec4<u32>(0u), m >= vec4<u32>(EXP_BITS));",
             "    return max(max(k.x, k.y), max(k.z, k.w));", "}",
-            *head, "    let x = v;", f"    var c = vec4<u32>({codes});", *(zero if bits == 8 else []),
+            *head, "    let x = v;", f"    var c = {codes};" if four else f"    var c = vec4<u32>({codes});",
+            *(zero if bits == 8 else []),
             "    if (aw > ABS_BITS) {  // the block holds +inf: code 0 for it, >= 1 for every other value",
             "        c = select(max(c, vec4<u32>(1u)), vec4<u32>(0u), is_posinf4(v));", "    }",
             "    return c;", "}"]

@@ -3,7 +3,8 @@
 same codes, without the guide. 8-bit: the decade's line, one midpoint (``form``: ``"decade"``, the decade by six
 comparisons; ``"log"``, by log2 and exp2; ``"calc"``, that and the midpoint computed, loaded only near it;
 ``"min"``, no decade: the least of the seven lines; ``"binade"``: of two, from a workgroup table by the exponent,
-filled by ``q_load_y_<tag>(lid)`` before the maps' barrier); 4-bit: the bisection over constants."""
+filled by ``q_load_y_<tag>(lid)`` before the maps' barrier; ``"vlog"``: log for four values at once, one branch for
+the four, 2^d by bits: ``q_code4_<tag>``); 4-bit: the bisection over constants."""
 from __future__ import annotations
 
 from ..core import qclosed, quant
@@ -12,7 +13,7 @@ __all__ = ["closed_code_fn", "FORMS"]
 
 # the closed forms by state width (Optimizer.QFORM8, QFORM4 pick one; 4-bit "linear": the unsigned map's, the
 # signed one keeps the bisection)
-FORMS = {8: ("decade", "log", "calc", "min", "binade"), 4: ("bisect", "linear")}
+FORMS = {8: ("decade", "log", "calc", "min", "binade", "vlog"), 4: ("bisect", "linear")}
 
 
 def _f(v) -> str:
@@ -29,6 +30,8 @@ def closed_code_fn(tag: str, bits: int, form: str = "") -> list:
     if bits == 4:
         return _bisection(tag, quant.midpoints(bits, tag == "s"), "q_bisect_u" if form == "linear" and tag == "u"
                           else "") + (_linear() if form == "linear" and tag == "u" else [])
+    if form == "vlog":
+        return _vlog(tag)
     y = {"decade": _decades, "min": _min_y, "binade": _binade_y}.get(form, _log_y)(tag)
     return (_binade_table(tag) if form == "binade" else []) + _head(tag) + y + _settle(tag, form == "calc")
 
@@ -98,6 +101,37 @@ def _log_y(tag: str) -> list:
     return [f"    let lg = log2(max(ax, {_f(qclosed.LOG_FLOOR)}));  // (log2 of 0 / subnormals: undefined)",
             f"    let fd = clamp(floor(fma(lg, {_f(qclosed.LOG10_2)}, 7.0)), 0.0, 6.0);",
             f"    let y = exp2(fma(fd, {_f(qclosed.LOG2_5TH)}, lg + {_f(k)})) + fma(exp2(fd), {_f(c1)}, {_f(c0)});"]
+
+
+def _vlog(tag: str) -> list:
+    """``q_code4_<tag>(v, a, inv)``: log's y and settling for four values at once, one branch for the four (any
+    of them inf/NaN after the scale, or the scale out of range: the bisection for all four, the rule by
+    definition), and 2^d from d's bits (d + 2^23 holds d in its low bits) where log takes exp2(d): exact, so y
+    is log's within its bound (LOG_ERR takes exp2's error there; ``core/qclosed.log_y`` computes 2^d exactly)."""
+    lo, hi = qclosed.SCALE_RANGE
+    k, c1, c0 = qclosed.log_consts(tag == "s")
+    v4 = lambda c: f"vec4<f32>({_f(c)})"  # noqa: E731
+    top = "select(vec4<f32>(254.0), vec4<f32>(253.0), neg)" if tag == "s" else "vec4<f32>(254.0)"
+    g = "select(ga, vec4<u32>(253u) - ga, neg)" if tag == "s" else "select(ga, vec4<u32>(0u), neg)"
+    return [f"fn q_code4_{tag}(v: vec4<f32>, a: f32, inv: f32) -> vec4<u32> {{",
+            "    let sc = select(a, 1.0, a == 0.0);",
+            "    let x = v * inv;",
+            "    if (any((bitcast<vec4<u32>>(x) & vec4<u32>(ABS_BITS)) >= vec4<u32>(EXP_BITS)) || "
+            f"sc < {_f(lo)} || sc > {_f(hi)}) {{",
+            "        var c = vec4<u32>(0u);  // (x inf/NaN, or products out of range: the bisection; NaN: code 0)",
+            f"        for (var l = 0u; l < 4u; l++) {{ c[l] = select(q_search_{tag}(v[l], sc), 0u, is_nan(v[l])); }}",
+            "        return c;", "    }",
+            "    let ax = abs(x);",
+            f"    let lg = log2(max(ax, {v4(qclosed.LOG_FLOOR)}));",
+            f"    let fd = clamp(floor(fma(lg, {v4(qclosed.LOG10_2)}, vec4<f32>(7.0))), vec4<f32>(0.0), vec4<f32>(6.0));",
+            "    let p2 = bitcast<vec4<f32>>((bitcast<vec4<u32>>(fd + vec4<f32>(8388608.0)) << vec4<u32>(23u)) + "
+            "vec4<u32>(0x3f800000u));  // 2^d",
+            f"    let y = exp2(fma(fd, {v4(qclosed.LOG2_5TH)}, lg + {v4(k)})) + fma(p2, {v4(c1)}, {v4(c0)});",
+            "    let neg = x < vec4<f32>(0.0);",
+            f"    let ga = vec4<u32>(clamp(y, vec4<f32>({'127.0' if tag == 's' else '0.0'}), {top}));",
+            f"    let g = {g};",
+            f"    let t = vec4<f32>(q_t_{tag}(g.x), q_t_{tag}(g.y), q_t_{tag}(g.z), q_t_{tag}(g.w));",
+            "    return g + select(vec4<u32>(0u), vec4<u32>(1u), sc * t < v);", "}"]
 
 
 def _settle(tag: str, calc: bool) -> list:

@@ -45,14 +45,17 @@ class QuickMixin:
         """Where the next step stands when it may take the quick path: the table row of the live state (unchecked),
         or the device's step index (checked); None otherwise (a copy of outcomes that is due is read first). An
         unchecked step after a hyperparameter change (a scheduler's lr) takes it too: the groups are validated as
-        the general path does (a bad value raises before anything changes) and its table made first."""
+        the general path does (a bad value raises before anything changes; ``set_lr`` checked its own) and its
+        table made first."""
         tb, run = self._rtable, self._run
         if tb is None:
             return None
-        if not unchanged(self.param_groups, self._validated):
+        changed = not unchanged(self.param_groups, self._validated)
+        if changed or tb.key[0] != self._groups_version:  # (a change seen here, or one set_lr checked)
             if check or run is not None:
                 return None
-            self._validate_groups()
+            if changed:
+                self._validate_groups()
             self._grad_mul = 1.0  # (the table's global record: as the general path sets it first)
             tb, _ = self._plain_row(self._quick_key(), self._all_active)
         if tb.key != self._quick_key():

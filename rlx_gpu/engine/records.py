@@ -10,6 +10,8 @@ optimizer's own flags.
 """
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 __all__ = ["Record", "ENGINE_FIELDS", "ENGINE_FLAGS"]
@@ -72,6 +74,7 @@ class Record:
         self.tensor = Words(ENGINE_FIELDS + tuple(typed), "Rec", "rec(t: u32)")
         self.size = max(len(self.tensor), len(GLOBAL_FIELDS))  # REC: the global record has the same stride
         self.glob = Words(GLOBAL_FIELDS, "Glob", None)  # (offsets only: kernels read and write single words)
+        self._one_plans: dict = {}  # (pack_one's: column names -> their struct and offsets)
 
     def flags(self, n: int, named: dict) -> np.ndarray:
         """The flags word of ``n`` tensors from ``{flag name: bool or bool array}``."""
@@ -103,6 +106,33 @@ class Record:
         out[:, self.tensor.offset["flags"]] = flags
         for name, v in words.items():
             out[:, self.tensor.offset[name]] = v
+        return out
+
+    def pack_one(self, columns: dict, named: dict) -> np.ndarray | None:
+        """One tensor's ``pack`` (``(REC,)`` words) from float ``columns`` of one value each (floats, float64
+        scalars or one-element float64 arrays) and flags ``named`` (name -> bool or one-element array), with few NumPy calls;
+        None where a column is anything else or overflows float32 (then ``pack`` it)."""
+        plan = self._one_plans.get(tuple(columns))
+        if plan is None:
+            if any(self.tensor.kind.get(n) != "f32" for n in columns) or len(self._one_plans) > 16:
+                return None
+            plan = self._one_plans[tuple(columns)] = (struct.Struct(f"<{len(columns)}f"),
+                                                      np.array([self.tensor.offset[n] for n in columns], np.intp))
+        vals = [v if type(v) is float or type(v) is np.float64 else v.item() if type(v) is np.ndarray and
+                v.dtype == np.float64 and v.size == 1 else None for v in columns.values()]
+        if None in vals:
+            return None
+        try:  # (struct's "f" rounds each float64 once to float32, as pack's cast; past float32's range it raises)
+            words = np.frombuffer(plan[0].pack(*vals), np.uint32)
+        except OverflowError:
+            return None
+        out = np.zeros(self.size, np.uint32)
+        out[plan[1]] = words
+        bits = 0
+        for name, on in named.items():
+            if on:
+                bits |= self.bit[name]
+        out[self.tensor.offset["flags"]] = bits
         return out
 
     def pack_global(self, **values) -> np.ndarray:

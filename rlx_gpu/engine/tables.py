@@ -116,8 +116,9 @@ class TableMixin:
         """Per tensor, the state buffers a step of this key needs (none for a tensor without a grad)."""
         k = (key[0], key[-1])
         if k not in self._needs:
-            if len(self._needs) > 16:
-                self._needs.clear()
+            if len(self._needs) > 16:  # (the versions' entries go; the buffer sets' stay, the same objects: a run's
+                old = self._needs      #  next table after a changed lr finds its need is the last table's)
+                self._needs = {c: v for c, v in old.items() if type(c[0]) is tuple} if len(old) < 64 else {}
             per = tuple(frozenset(self.spec.state_names(g)) for g in self.param_groups)
             same = self._needs.get((per, key[-1]))  # (the same buffers under other hyperparameters: an lr changed)
             if same is None:

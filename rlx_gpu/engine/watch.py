@@ -59,6 +59,21 @@ def seen_again(groups: list, seen: list, pairs) -> None:
         seen[gi][keys.index(k)] = (x, repr(x), _fixed(x))
 
 
+def checked_by_caller(opt, key: str) -> None:
+    """Every group's ``key`` recorded as checked, as a step would check it (``set_lr`` checked its value before
+    setting it): the next step does not check it again, and where a value changed the groups' version is bumped
+    as :func:`validate_groups` would (the record tables start over). Nothing where the snapshot does not hold
+    the groups (their number changed: the step checks them all)."""
+    seen, groups = opt._validated, opt.param_groups
+    if seen is None or len(seen) != len(groups) + 1 or key not in seen[-1]:
+        return
+    i = seen[-1].index(key)
+    moved = [(gi, key) for gi, (g, snap) in enumerate(zip(groups, seen)) if repr(g.get(key)) != snap[i][1]]
+    if moved:
+        seen_again(groups, seen, moved)
+        opt._groups_version = opt.__dict__.get("_groups_version", 0) + 1
+
+
 def validate_groups(opt) -> None:
     """``opt``'s groups checked where they changed since the last check (all of them the first time or when
     their number changed); nothing changes in the snapshot if a value is bad (it raises)."""
