@@ -6,8 +6,8 @@ other load hit them alike), and reported as the median over rounds:
 - ``rows``: AdamW from the device grad slots (``opt.step()``), plain, checked (``clip_grad_norm=1.0,
   skip_nonfinite=True``), scheduled (plain, with ``set_lr`` before every step; against the plain step's floor)
   and scheduler (plain, with ``rlx_gpu.schedules``' cosine schedule stepped after every step: it writes each
-  group's lr, as torch's schedulers do, and the step checks the changed value; the plain step's floor), at 1, 20 and 148 tensors of ``--numel`` elements, each against its floor: the same step's
-  native calls recorded once and replayed with bare wgpu-py (:class:`Floor`: the same pipelines, bind groups, grids
+  group's lr, as torch's schedulers do, and the step checks the changed value; the plain step's floor), at 1, 20
+  and 148 tensors of ``--numel`` elements, each against its floor: the same step's native calls recorded once and replayed with bare wgpu-py (:class:`Floor`: the same pipelines, bind groups, grids
   and writes, so the same GPU work, and none of our Python; the outcome copies of checked steps left out). Per
   step: ``call_us``, the wall time of a call with the device idle (synchronised before it: the host's share),
   ``wall_us`` and ``cpu_us`` (the main thread's CPU time) over back-to-back steps; ``ratio_*`` = ours / floor
@@ -142,7 +142,7 @@ def scheduler(opt):
 
 
 def host_steps(dev, tensors, numel: int, steps: int, rounds: int) -> list:
-    """Ours and the floors, plain, checked and scheduled, at each tensor count."""
+    """Ours and the floors, plain, checked, scheduled and scheduler, at each tensor count."""
     rows = []
     for n in tensors:
         params = {f"t{i}": np.full(numel, 0.01, np.float32) for i in range(n)}

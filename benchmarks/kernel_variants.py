@@ -60,8 +60,7 @@ REDUCING = ("lamb", "mars", "adafactor")
 QUANTIZED = ("adamw8bit", "adamw4bit")
 # variant: (width, its QFORM) (the first two: the forms before the H200 chose "log" and "linear")
 QFORMS = {"+qdecade": (8, "decade"), "+qbisect": (4, "bisect"), "+qlog": (8, "log"), "+qcalc": (8, "calc"),
-          "+qlin4": (4, "linear"), "+qmin": (8, "min"), "+qbin": (8, "binade"),
-          "+qvlog": (8, "vlog")}
+          "+qlin4": (4, "linear"), "+qmin": (8, "min"), "+qbin": (8, "binade"), "+qvlog": (8, "vlog")}
 
 
 def variants(opt: str, precision: str) -> list:
