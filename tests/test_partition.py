@@ -161,6 +161,26 @@ def test_bad_input(device):
     assert all(np.array_equal(before[k], after[k]) for k in SHAPES)
 
 
+
+@pytest.mark.parametrize("twin", [False, True])
+def test_set_lr_scale_checks_every_part_first(twin, device):
+    """A bad factor for a tensor of the second part (AdamW's) raises before the first part (Muon's) changes; a
+    callable is given to every part, as the single optimizers take it; anything else is a TypeError."""
+    part = rlx_gpu.reference.Partition(params(), label, PARTS) if twin else \
+        rlx_gpu.Partition(params(), label, PARTS, device=device)
+    before = dict(part.lr_scale)
+    for bad in ({"h.0": 2.0, "emb": -1.0}, {"h.0": 2.0, "b": float("nan")}, lambda n: -1.0 if n == "b" else 2.0):
+        with pytest.raises(ValueError, match="lr_scale for 'emb'|lr_scale for 'b'"):
+            part.set_lr_scale(bad)
+        assert part.lr_scale == before and all(q.lr_scale == {n: before[n] for n in q.lr_scale}
+                                               for q in part.parts.values())
+    with pytest.raises(TypeError, match="Partition: lr_scale must be a dict name -> factor or a callable"):
+        part.set_lr_scale([("h.0", 2.0)])
+    part.set_lr_scale(lambda n: 0.5 if n.startswith("h.") else 3.0)
+    assert part.lr_scale == {n: 0.5 if n.startswith("h.") else 3.0 for n in SHAPES}
+    part.set_lr_scale({"emb": 2.0})
+    assert part.lr_scale == {n: 2.0 if n == "emb" else 1.0 for n in SHAPES}
+
 def test_mars_vectors_through_partition(device):
     """MARS's `*_1d` hyperparameters are deprecated (a DeprecationWarning; they still work): Partition routes the
     vectors to AdamW instead, and the two agree within 1e-6 over 10 steps (AdamW's moment is a lerp, MARS's 1-D

@@ -12,6 +12,8 @@ import math
 from bisect import bisect_right
 from collections import Counter
 
+from ..core.numerics import check_numbers
+
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "LinearLR", "CosineAnnealingLR",
            "OneCycleLR", "SequentialLR", "warmup_cosine"]
 
@@ -45,8 +47,7 @@ class LRScheduler:
         self._initial_step()
 
     def _initial_step(self):
-        self._step_count = 0
-        self._is_initial = True
+        self._step_count, self._is_initial = 0, True
         try:
             self.step()
         finally:
@@ -86,6 +87,9 @@ class LambdaLR(LRScheduler):
 
     def __init__(self, optimizer, lr_lambda, last_epoch: int = -1):
         self.lr_lambdas = _per_group("lr_lambda", optimizer, lr_lambda)
+        if not all(callable(f) for f in self.lr_lambdas):
+            raise TypeError(f"LambdaLR: lr_lambda must be a function of the epoch (or a list of them), got "
+                            f"{lr_lambda!r}")
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -96,7 +100,7 @@ class StepLR(LRScheduler):
     """Multiply the lr by ``gamma`` every ``step_size`` steps."""
 
     def __init__(self, optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1):
-        self.step_size, self.gamma = step_size, gamma
+        self.step_size, self.gamma = check_numbers("StepLR", ("step_size",), step_size=step_size, gamma=gamma)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -109,7 +113,7 @@ class MultiStepLR(LRScheduler):
     """Multiply the lr by ``gamma`` at each milestone (by gamma^n at a milestone listed n times)."""
 
     def __init__(self, optimizer, milestones, gamma: float = 0.1, last_epoch: int = -1):
-        self.milestones, self.gamma = Counter(milestones), gamma
+        self.milestones, self.gamma = Counter(milestones), check_numbers("MultiStepLR", gamma=gamma)[0]
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -122,7 +126,7 @@ class ExponentialLR(LRScheduler):
     """Multiply the lr by ``gamma`` every step."""
 
     def __init__(self, optimizer, gamma: float, last_epoch: int = -1):
-        self.gamma = gamma
+        self.gamma = check_numbers("ExponentialLR", gamma=gamma)[0]
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -157,7 +161,7 @@ class CosineAnnealingLR(LRScheduler):
     """Cosine annealing from the initial lr to ``eta_min`` over ``T_max`` steps (torch's chainable form)."""
 
     def __init__(self, optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1):
-        self.T_max, self.eta_min = T_max, eta_min
+        self.T_max, self.eta_min = check_numbers("CosineAnnealingLR", ("T_max",), T_max=T_max, eta_min=eta_min)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -193,13 +197,10 @@ class OneCycleLR(LRScheduler):
         if anneal_strategy not in ("cos", "linear"):
             raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', instead got {anneal_strategy}")
         n = self.total_steps
-        if three_phase:
-            self._phases = [(float(pct_start * n) - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                            (float(2 * pct_start * n) - 2, "max_lr", "initial_lr", "base_momentum", "max_momentum"),
-                            (n - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum")]
-        else:
-            self._phases = [(float(pct_start * n) - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                            (n - 1, "max_lr", "min_lr", "base_momentum", "max_momentum")]
+        first = (float(pct_start * n) - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum")
+        self._phases = [first, (float(2 * pct_start * n) - 2, "max_lr", "initial_lr", "base_momentum", "max_momentum"),
+                        (n - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum")] if three_phase else [
+            first, (n - 1, "max_lr", "min_lr", "base_momentum", "max_momentum")]
         self.anneal_strategy = anneal_strategy
         if last_epoch == -1:
             for g, m in zip(optimizer.param_groups, _per_group("max_lr", optimizer, max_lr)):
@@ -322,6 +323,8 @@ def warmup_cosine(optimizer, warmup_steps: int, total_steps: int, start_factor: 
                   eta_min: float = 0.0) -> SequentialLR:
     """Linear warm-up from ``start_factor * lr`` to ``lr`` over ``warmup_steps``, then cosine annealing to
     ``eta_min`` over the remaining steps: ``SequentialLR(LinearLR, CosineAnnealingLR)``."""
+    check_numbers("warmup_cosine", ("total_steps",), ("warmup_steps",), warmup_steps=warmup_steps,
+                  total_steps=total_steps, start_factor=start_factor, eta_min=eta_min)  # (before LinearLR writes lr)
     warm = LinearLR(optimizer, start_factor=start_factor, end_factor=1.0, total_iters=warmup_steps)
     cos = CosineAnnealingLR(optimizer, T_max=max(1, total_steps - warmup_steps), eta_min=eta_min)
     return SequentialLR(optimizer, [warm, cos], milestones=[warmup_steps])

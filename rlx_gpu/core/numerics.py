@@ -58,6 +58,22 @@ def norm_kind(norm_type) -> tuple[int, float]:
     return {2.0: (NORM_KINDS["l2"], 2.0), 1.0: (NORM_KINDS["l1"], 1.0)}.get(p, (NORM_KINDS["p"], p))
 
 
+def check_numbers(owner: str, positive: tuple = (), nonnegative: tuple = (), **values) -> tuple:
+    """``values`` (name -> value), in order, each checked to be a finite real number (> 0 where its name is in
+    ``positive``, >= 0 in ``nonnegative``): a ValueError naming ``owner``, the argument and what was expected
+    otherwise."""
+    for name, v in values.items():
+        bound = " > 0" if name in positive else " >= 0" if name in nonnegative else ""
+        ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+        try:
+            ok = ok and math.isfinite(v) and (v > 0 if name in positive else v >= 0 if name in nonnegative else True)
+        except OverflowError:  # (an int past float's range)
+            ok = False
+        if not ok:
+            raise ValueError(f"{owner}: {name} must be a finite number{bound}, got {v!r}")
+    return tuple(values.values())
+
+
 def check_max_norm(max_norm) -> None:
     if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float, np.floating)) \
             or not math.isfinite(max_norm) or max_norm < 0:

@@ -15,7 +15,7 @@ import numpy as np
 
 from .checkpoint import restore_plan
 from .copying import Copyable, named_group
-from .groups import checked_lr
+from .groups import checked_lr, resolve_lr_scale
 from .numerics import check_max_norm
 from .torchio import _torch
 from .torchparams import from_torch
@@ -143,9 +143,18 @@ class PartitionBase(Copyable):
         for p in self.parts.values():
             p.set_lr(lr)
 
-    def set_lr_scale(self, lr_scale: dict) -> None:
-        """Replace the per-tensor lr factors (dict name -> factor; missing names 1), routed to the parts."""
-        routed = self._route(lr_scale, "lr_scale")
+    def set_lr_scale(self, lr_scale) -> None:
+        """Replace the per-tensor lr factors (dict name -> factor, missing names 1, routed to the parts; or a
+        callable name -> factor, given to every part), checked in every part before any changes."""
+        if callable(lr_scale):
+            routed = dict.fromkeys(self.parts, lr_scale)
+        elif isinstance(lr_scale, dict):
+            routed = self._route(lr_scale, "lr_scale")
+        else:
+            raise TypeError("Partition: lr_scale must be a dict name -> factor or a callable name -> factor, got "
+                            f"{type(lr_scale).__name__}")
+        for k, p in self.parts.items():  # (a bad factor in a later part raises before an earlier one changes)
+            resolve_lr_scale(type(p).__name__, routed.get(k, {}), list(p.lr_scale))
         for k, p in self.parts.items():
             p.set_lr_scale(routed.get(k, {}))
 
