@@ -2,8 +2,9 @@
 4-bit step spends on its maps). Their results are WRONG ON PURPOSE: each rewrites the generated module of the
 default driver, so nothing in the package can reach them; they exist to time a driver without part of its work.
 
-  x-search  the code search (the guide's guess, one correction step over the midpoints: dependent workgroup-memory
-            loads) replaced by a closed-form code from |v|/absmax (ALU only); the decode and the map copy stay
+  x-search  the code search (the class's closed form, a value at a time or vlog's four at once; or the guide's
+            guess and one correction step over the midpoints) replaced by a code from |v|/absmax alone (ALU only);
+            the decode and the map copy stay
   x-decode  the decode (map[code] per element: a workgroup-memory load each) replaced by code / QN; the search and
             the copy stay
   x-maps    both, with QDIRECT (no workgroup copy): no map, midpoint or guide is read at all (the floor: the
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 import re
 
-# the body of q_code_s / q_code_u (up to the function's closing brace at the line start)
+# the body of q_code_s / q_code_u, and of the four-value q_code4_s / q_code4_u ("vlog"), up to the function's
+# closing brace at the line start
 _SEARCH = re.compile(r"(fn q_code_([su])\(v: f32, a: f32, inv: f32\) -> u32 \{\n)(.*?)(\n\})", re.S)
+_SEARCH4 = re.compile(r"(fn q_code4_([su])\(v: vec4<f32>, a: f32, inv: f32\) -> vec4<u32> \{\n)(.*?)(\n\})", re.S)
 _DECODE = re.compile(r"vec4<f32>\(q_m_([su])\(c\.x\), q_m_\1\(c\.y\), q_m_\1\(c\.z\), q_m_\1\(c\.w\)\)")
 DIAGNOSTICS = ("x-search", "x-decode", "x-maps")
 
@@ -26,6 +29,9 @@ def rewrite(text: str, which: str) -> str:
     if which in ("x-search", "x-maps"):
         out, n_s = _SEARCH.subn(lambda m: m.group(1) + "    return min(u32(abs(v * inv) * f32(QN - 1u)), QN - 1u);"
                                 + m.group(4), out)
+        out, n4 = _SEARCH4.subn(lambda m: m.group(1) + "    return min(vec4<u32>(abs(v * inv) * f32(QN - 1u)), "
+                                "vec4<u32>(QN - 1u));" + m.group(4), out)
+        n_s += n4
     if which in ("x-decode", "x-maps"):
         out, n_d = _DECODE.subn("(vec4<f32>(c) * (1.0 / f32(QN)))", out)
     if (which != "x-decode" and not n_s) or (which != "x-search" and not n_d):

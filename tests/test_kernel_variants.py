@@ -190,8 +190,8 @@ def test_switches_by_precision(device):
 
 
 def test_quantized_switches_by_state_width(device):
-    """QCLOSED by state width (the H200's choice: both widths on, 8-bit by QFORM8 "log", 4-bit unsigned by QFORM4
-    "linear", PERF_NOTES 64); a width not named is off; an unknown width is an error naming the switch, and so is
+    """QCLOSED by state width (both widths on, 8-bit by QFORM8 "vlog" (PERF_NOTES 80), 4-bit unsigned by QFORM4
+    "linear" (PERF_NOTES 64)); a width not named is off; an unknown width is an error naming the switch, and so is
     an unknown 8-bit form (QFORM8), changing nothing."""
     p = {"a": np.zeros(3000, np.float32)}
 
@@ -202,7 +202,7 @@ def test_quantized_switches_by_state_width(device):
     assert closed(8, _variant("AdamW", {"QCLOSED": {8: True}})) and not closed(4, _variant("AdamW", {"QCLOSED": {8: True}}))
     with pytest.raises(ValueError, match=r"AdamW.QCLOSED: unknown state widths \[2\]"):
         closed(8, _variant("AdamW", {"QCLOSED": {2: True}}))
-    assert (rlx_gpu.AdamW.QFORM8, rlx_gpu.AdamW.QFORM4) == ("log", "linear")
+    assert (rlx_gpu.AdamW.QFORM8, rlx_gpu.AdamW.QFORM4) == ("vlog", "linear")
     bad = _variant("AdamW", {"QCLOSED": {8: True}, "QFORM8": "nope"})(p, state_bits=8, min_quantized_size=1,
                                                                       device=device)
     with pytest.raises(ValueError, match=r"QFORM8: unknown form 'nope'; expected one of \['decade', 'log', 'calc', 'min', 'binade', 'vlog'\]"):

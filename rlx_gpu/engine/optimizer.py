@@ -72,9 +72,10 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     QDIRECT = False  # quantized buckets: the maps read from the state buffers, not copied (to be measured: issue 25)
     PTLOADS = True  # per-tensor passes: 8 block partials loaded at once, the same adds (H200: 35 -> 11-18 us)
     QCLOSED = {4: True, 8: True}  # quantized buckets: the code search in closed form, the same codes (by width)
-    # and the form a width takes (engine/qsearch.FORMS): the H200's choices, PERF_NOTES 59 and 64 (8-bit "log"
-    # +14% fp32 / +3% bf16 params over the guide search, 4-bit unsigned "linear" +6% over the bisection)
-    QFORM8, QFORM4 = "log", "linear"
+    # and the form a width takes (engine/qsearch.FORMS): 8-bit "vlog" (H100: +1% fp32 / +7% bf16 params over
+    # "log", which was +14% / +3% over the guide search on the H200), 4-bit unsigned "linear" (+6% over the
+    # bisection); PERF_NOTES 59, 64, 80
+    QFORM8, QFORM4 = "vlog", "linear"
     F16ROUND = False  # float16 states: round_state by the hardware's conversion (drivers.Emit.hround; issue 25)
     QEPT = None  # quantized buckets: vec4s a thread, the block kept (codegen.kernel_shape; to be measured: issue 25)
     QFULL = True  # quantized buckets' subgroup driver: whole blocks without tail masks (H100: +4-5%, PERF_NOTES 78)

@@ -118,9 +118,9 @@ def _vlog(tag: str) -> list:
             "    let x = v * inv;",
             "    if (any((bitcast<vec4<u32>>(x) & vec4<u32>(ABS_BITS)) >= vec4<u32>(EXP_BITS)) || "
             f"sc < {_f(lo)} || sc > {_f(hi)}) {{",
-            "        var c = vec4<u32>(0u);  // (x inf/NaN, or products out of range: the bisection; NaN: code 0)",
-            f"        for (var l = 0u; l < 4u; l++) {{ c[l] = select(q_search_{tag}(v[l], sc), 0u, is_nan(v[l])); }}",
-            "        return c;", "    }",
+            "        // (x inf/NaN, or products out of range: the bisection; NaN: code 0; lane by lane, no dynamic index)",
+            "        return vec4<u32>(" + ", ".join(f"select(q_search_{tag}(v.{c}, sc), 0u, is_nan(v.{c}))" for c in "xyzw")
+            + ");", "    }",
             "    let ax = abs(x);",
             f"    let lg = log2(max(ax, {v4(qclosed.LOG_FLOOR)}));",
             f"    let fd = clamp(floor(fma(lg, {v4(qclosed.LOG10_2)}, vec4<f32>(7.0))), vec4<f32>(0.0), vec4<f32>(6.0));",

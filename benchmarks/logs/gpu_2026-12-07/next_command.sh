@@ -1,4 +1,6 @@
 #!/bin/bash
+# Run in the next session (2026-12-07, second) as ../gpu_2026-12-07b/command_a.sh, less Dawn's bit tests (those ran
+# inline after it): results there and in PERF_NOTES 79-80.
 # Not run: in session 2026-12-07 no device machine started (every start failed; they took the device budget). The
 # measurement PERF_NOTES 79 and 80 predict, ready for the next session (about 400 s on an H100 or H200):
 #   8-bit's "vlog" code search: its bit tests on NVIDIA's compiler, then timed against "log" (the default), both
