@@ -19,7 +19,8 @@ closed form QFORM8 ``"log"``, the decade by log2, or ``"calc"``, that and the mi
 least of the seven lines, no decade), ``+qbin`` (QFORM8 ``"binade"``: of two lines from a table by the exponent),
 ``+qvlog`` (QFORM8 ``"vlog"``: log for four values at once, one branch for the four, 2^d by bits),
 ``+qfull``/``-qfull`` (quantized rows: QFULL, their subgroup driver's blocks wholly inside their tensor by a copy of
-the unit without tail masks, or not), ``+qdecade``, ``+qbisect``
+the unit without tail masks, or not), ``+qhoist``/``-qhoist`` (QHOIST: that driver reads a tensor's record once
+per run of its blocks and the grads' multiplier once, not every round), ``+qdecade``, ``+qbisect``
 and ``-qclosed`` (the forms and the guide search the defaults replaced; a variant whose switches are the default's
 is timed once, under the first name); ``+f16round`` (LAMB's float16 rows: F16ROUND on, the moments as
 the apply pass re-reads them rounded by the hardware's conversion, engine/codegen.py); ``-hvec`` (LAMB's float16
@@ -69,8 +70,8 @@ def variants(opt: str, precision: str) -> list:
     low = precision != "fp32"
     if opt in QUANTIZED:
         forms = [v for v, (b, _) in QFORMS.items() if b == (8 if opt == "adamw8bit" else 4)]
-        return out + ["+qfull", "-qfull", "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4",
-                      "qclosed-qept4", *forms, *DIAGNOSTICS]
+        return out + ["+qfull", "-qfull", "+qhoist", "-qhoist", "+qdirect", "ept4", "-qclosed", "+qclosed",
+                      "qclosed-ept4", "qclosed-qept4", *forms, *DIAGNOSTICS]
     if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
                                                                                           else [])
@@ -224,7 +225,8 @@ def groups(args) -> list:
 
 
 COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "+f16round", "-f16round", "-hvec",
-           "+qfull", "-qfull", "-merge", "-rowcols", "finish1", "finish8", "+recip", "-recip", "+ptloads", "-ptloads",
+           "+qfull", "-qfull", "+qhoist", "-qhoist", "-merge", "-rowcols", "finish1", "finish8", "+recip", "-recip",
+           "+ptloads", "-ptloads",
            "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
 
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 SIZES = [1, 5, 8, 9, (3, 7), 255, 257, 2049, 2600, (65, 64), 4097, 9000, 16385]
 OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False, QDIRECT=False, QCLOSED=False, F16ROUND=False,
-           QFULL=False)
+           QFULL=False, QHOIST=False)
 VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), dict(OFF, SUBGROUPS=True),
             dict(OFF, QDIRECT=True), dict(OFF, SUBGROUPS=True, QDIRECT=True),
             dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True, QDIRECT=True, QCLOSED=True, F16ROUND=True), {}]  # ({}: defaults)
@@ -39,7 +39,9 @@ QVARIANTS = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {
              {"QFULL": True, "QEPT": 4}, {"QFULL": True},
              dict(OFF, QCLOSED=True, QFORM8="binade"),
              # (8-bit's log for four values at once, 2^d by bits)
-             {"QFORM8": "vlog"}, {"QFORM8": "vlog", "QEPT": 4}, dict(OFF, QCLOSED=True, QFORM8="vlog")]
+             {"QFORM8": "vlog"}, {"QFORM8": "vlog", "QEPT": 4}, dict(OFF, QCLOSED=True, QFORM8="vlog"),
+             # (the subgroup driver's record read once per tensor, with QFULL, QEPT and without either)
+             {"QHOIST": True}, {"QHOIST": True, "QEPT": 4}, dict(OFF, SUBGROUPS=True, QCLOSED=True, QHOIST=True)]
 # (class, hyperparameters, options): elementwise ones bit for bit, reducing ones within the bound
 CASES = [("AdamW", {"amsgrad": True}, {}), ("SGD", {"momentum": 0.9, "nesterov": True}, {}), ("Lion", {}, {}),
          ("RMSprop", {"centered": True, "momentum": 0.5}, {}), ("LAMB", {}, {}), ("Mars", {}, {}),

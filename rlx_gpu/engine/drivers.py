@@ -44,7 +44,8 @@ class Emit:
     bits where the conversion rounds to nearest even, as Vulkan's and llvmpipe's do);
     ``ptloads``: a per-tensor pass's threads load 8 block partials before adding them (in the same order);
     ``qfull`` (quantized buckets, the subgroup driver): ``full`` for the quantized drivers, an engine block wholly
-    inside its tensor run by a copy of the unit without tail masks (the same bits)."""
+    inside its tensor run by a copy of the unit without tail masks (the same bits); ``qhoist`` (the same driver):
+    the grads' multiplier and a tensor's record read once, not every round (the same words)."""
     wide: bool = False
     full: bool = False
     subgroups: bool = False
@@ -56,12 +57,13 @@ class Emit:
     hround: bool = False
     ptloads: bool = False
     qfull: bool = False
+    qhoist: bool = False
 
 
 PLAIN = Emit()
 PRECISIONS = ("float32", "bfloat16", "float16", "bfloat16+master", "float16+master")
 SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK", "QDIRECT", "QCLOSED", "F16ROUND",
-            "PTLOADS", "QFULL")  # the Optimizer class attributes that pick an Emit
+            "PTLOADS", "QFULL", "QHOIST")  # the Optimizer class attributes that pick an Emit
 
 
 def switch(value, precision: str, name: str = "switch", qbits: int = 0) -> bool:
