@@ -64,7 +64,8 @@ def _run(cls, params, opts, device, steps=4):
     for s in range(steps):  # (a tensor without a grad on some steps: its state buffers are made later)
         grads = {n: rng.standard_normal(p.shape).astype(p.dtype) for i, (n, p) in enumerate(params.items())
                  if (i + s) % 4 != 1}
-        opt.step(grads)
+        # (quantized rows: a grads' multiplier other than 1 on one step, read once per workgroup with QHOIST)
+        opt.step(grads, **({"grad_mul": 0.75} if s == 2 and opts.get("state_bits") else {}))
     sd = opt.state_dict()["state"]
     return opt.read_params(), {n: {k: np.asarray(v) for k, v in st.items() if k != "step"} for n, st in sd.items()}
 

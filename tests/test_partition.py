@@ -181,6 +181,25 @@ def test_set_lr_scale_checks_every_part_first(twin, device):
     part.set_lr_scale({"emb": 2.0})
     assert part.lr_scale == {n: 2.0 if n == "emb" else 1.0 for n in SHAPES}
 
+
+@pytest.mark.parametrize("twin", [False, True])
+def test_set_lr_scale_calls_a_callable_once_per_tensor(twin, device):
+    """A callable lr_scale is called once per tensor (as the single optimizers call it), so one that answers
+    differently the second time cannot leave the first part changed and the second not; None resets every factor
+    to 1, as the single optimizers take it."""
+    part = rlx_gpu.reference.Partition(params(), label, PARTS) if twin else \
+        rlx_gpu.Partition(params(), label, PARTS, device=device)
+    calls = {}
+
+    def f(n):
+        calls[n] = calls.get(n, 0) + 1
+        return float("nan") if calls[n] > 1 else 2.0
+    part.set_lr_scale(f)
+    assert calls == dict.fromkeys(SHAPES, 1) and part.lr_scale == dict.fromkeys(SHAPES, 2.0)
+    part.set_lr_scale(None)
+    assert part.lr_scale == dict.fromkeys(SHAPES, 1.0)
+
+
 def test_mars_vectors_through_partition(device):
     """MARS's `*_1d` hyperparameters are deprecated (a DeprecationWarning; they still work): Partition routes the
     vectors to AdamW instead, and the two agree within 1e-6 over 10 steps (AdamW's moment is a lerp, MARS's 1-D

@@ -125,3 +125,19 @@ def test_arguments_that_make_no_schedule_raise_before_anything_changes(name, kw,
     with pytest.raises(err, match=msg.replace("(", r"\(").replace(")", r"\)")):
         getattr(S, name)(opt, **kw)
     assert [dict(g, params=None) for g in opt.param_groups] == before
+
+
+def test_real_numbers_torch_takes_make_the_same_schedule():
+    """Any real number (a Fraction, NumPy scalars, ints) for gamma / eta_min / T_max, as torch takes them."""
+    from fractions import Fraction
+    torch = pytest.importorskip("torch")
+    for make in (lambda M, o: M.StepLR(o, step_size=3, gamma=Fraction(1, 2)),
+                 lambda M, o: M.CosineAnnealingLR(o, T_max=np.int64(7), eta_min=Fraction(1, 1000))):
+        opt = rlx_gpu.reference.SGD({"w": np.zeros(3, np.float32)}, lr=0.1)
+        t_opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        s, ts = make(S, opt), make(torch.optim.lr_scheduler, t_opt)
+        for _ in range(12):
+            t_opt.step()
+            s.step()
+            ts.step()
+            assert s.get_last_lr() == ts.get_last_lr()

@@ -9,6 +9,7 @@ out as the reference implementations give them: the norm of [1e20, 1e20] is inf,
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -64,7 +65,7 @@ def check_numbers(owner: str, positive: tuple = (), nonnegative: tuple = (), **v
     otherwise."""
     for name, v in values.items():
         bound = " > 0" if name in positive else " >= 0" if name in nonnegative else ""
-        ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool)  # (as resolve_lr_scale: Fraction too)
         try:
             ok = ok and math.isfinite(v) and (v > 0 if name in positive else v >= 0 if name in nonnegative else True)
         except OverflowError:  # (an int past float's range)

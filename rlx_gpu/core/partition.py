@@ -144,19 +144,21 @@ class PartitionBase(Copyable):
             p.set_lr(lr)
 
     def set_lr_scale(self, lr_scale) -> None:
-        """Replace the per-tensor lr factors (dict name -> factor, missing names 1, routed to the parts; or a
-        callable name -> factor, given to every part), checked in every part before any changes."""
-        if callable(lr_scale):
+        """Replace the per-tensor lr factors (dict name -> factor, missing names 1, routed to the parts; a callable
+        name -> factor, given to every part; or None: every factor 1), checked in every part before any changes."""
+        if lr_scale is None or callable(lr_scale):
             routed = dict.fromkeys(self.parts, lr_scale)
         elif isinstance(lr_scale, dict):
             routed = self._route(lr_scale, "lr_scale")
         else:
             raise TypeError("Partition: lr_scale must be a dict name -> factor or a callable name -> factor, got "
                             f"{type(lr_scale).__name__}")
-        for k, p in self.parts.items():  # (a bad factor in a later part raises before an earlier one changes)
-            resolve_lr_scale(type(p).__name__, routed.get(k, {}), list(p.lr_scale))
+        # every part's factors resolved once (a callable is called once per tensor, as the single optimizers call
+        # it), then given to the parts as plain dicts: nothing left to fail after the first part changes
+        resolved = {k: resolve_lr_scale(type(p).__name__, routed.get(k, {}), list(p.lr_scale))
+                    for k, p in self.parts.items()}
         for k, p in self.parts.items():
-            p.set_lr_scale(routed.get(k, {}))
+            p.set_lr_scale(resolved[k])
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Every part's zero_grad (built from torch tensors: their ``.grad``)."""

@@ -118,7 +118,7 @@ def _subgroup(p, reads, writes, signs, bits: int, full: bool = False, hoist: boo
     blocks (the same words: nothing in a quantized pass writes the hyper buffer) where each round read both."""
     first = ["    let gm = grad_mul();"] if hoist and p.grad else []
     rec = ["        let t = select(0u, blk.tensor, blk.tensor != NONE);",
-           "        if (t != rt) { r = rec(t); rt = t; }  // (uniform: a workgroup's rounds share their block)"] \
+           "        if (t != rt) { r = rec(t); rt = t; }  // (no barrier or shuffle under it)"] \
         if hoist else ["        let r = rec(select(0u, blk.tensor, blk.tensor != NONE));"]
     grad = [x for x in _grad(p, "        ") if not (hoist and "grad_mul()" in x)]
     L = signature(p.kernel, True) + [
