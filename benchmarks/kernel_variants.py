@@ -20,7 +20,8 @@ least of the seven lines, no decade), ``+qbin`` (QFORM8 ``"binade"``: of two lin
 ``+qvlog`` (QFORM8 ``"vlog"``: log for four values at once, one branch for the four, 2^d by bits),
 ``+qfull``/``-qfull`` (quantized rows: QFULL, their subgroup driver's blocks wholly inside their tensor by a copy of
 the unit without tail masks, or not), ``+qhoist``/``-qhoist`` (QHOIST: that driver reads a tensor's record once
-per run of its blocks and the grads' multiplier once, not every round), ``+qdecade``, ``+qbisect``
+per run of its blocks and the grads' multiplier once, not every round), ``+qredux``/``-qredux`` (QREDUX: its block
+maxima by subgroupMax where a subgroup lies within one block), ``+qdecade``, ``+qbisect``
 and ``-qclosed`` (the forms and the guide search the defaults replaced; a variant whose switches are the default's
 is timed once, under the first name); ``+f16round`` (LAMB's float16 rows: F16ROUND on, the moments as
 the apply pass re-reads them rounded by the hardware's conversion, engine/codegen.py); ``-hvec`` (LAMB's float16
@@ -70,7 +71,7 @@ def variants(opt: str, precision: str) -> list:
     low = precision != "fp32"
     if opt in QUANTIZED:
         forms = [v for v, (b, _) in QFORMS.items() if b == (8 if opt == "adamw8bit" else 4)]
-        return out + ["+qfull", "-qfull", "+qhoist", "-qhoist", "+qdirect", "ept4", "-qclosed", "+qclosed",
+        return out + ["+qfull", "-qfull", "+qhoist", "-qhoist", "+qredux", "-qredux", "+qdirect", "ept4", "-qclosed", "+qclosed",
                       "qclosed-ept4", "qclosed-qept4", *forms, *DIAGNOSTICS]
     if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
@@ -89,15 +90,18 @@ EXTRA = ("QFORM8", "QFORM4", "EPT", "QEPT", "FINISH", "RECIP")  # (the other cla
 
 
 def timed_variants(opt: str, precision: str, only: str | None = None) -> list:
-    """:func:`variants` (those named in ``only``, comma-separated, if given) less the ones whose switches are the
-    default's (e.g. ``+qclosed`` once the class has it on): each build is timed once, under the first name."""
+    """:func:`variants` (those named in ``only``, comma-separated, if given, in its order: the order of each round)
+    less the ones whose switches are the default's (e.g. ``+qclosed`` once the class has it on): each build is
+    timed once, under the first name."""
     cls = getattr(rlx_gpu, OPTIMIZERS[opt][0])
-    seen, out = [], []
-    for v in variants(opt, precision):
+    seen, out, names = [], [], variants(opt, precision)
+    if only:  # (the order given; before 2026-12-07, always variants()' order whatever the order given)
+        names = [v for v in dict.fromkeys(only.split(",")) if v in names]
+    for v in names:
         sw = {**{k: getattr(cls, k, None) for k in (*SWITCHES, *EXTRA)}, **switches(v, cls)}
         if not isinstance(sw["QCLOSED"], dict):  # (a bool: both widths alike)
             sw["QCLOSED"] = dict.fromkeys((4, 8), bool(sw["QCLOSED"]))
-        if (only and v not in only.split(",")) or (v not in REWRITTEN and sw in seen):
+        if v not in REWRITTEN and sw in seen:
             continue
         seen += [] if v in REWRITTEN else [sw]
         out.append(v)
@@ -225,7 +229,7 @@ def groups(args) -> list:
 
 
 COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "+f16round", "-f16round", "-hvec",
-           "+qfull", "-qfull", "+qhoist", "-qhoist", "-merge", "-rowcols", "finish1", "finish8", "+recip", "-recip",
+           "+qfull", "-qfull", "+qhoist", "-qhoist", "+qredux", "-qredux", "-merge", "-rowcols", "finish1", "finish8", "+recip", "-recip",
            "+ptloads", "-ptloads",
            "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 SIZES = [1, 5, 8, 9, (3, 7), 255, 257, 2049, 2600, (65, 64), 4097, 9000, 16385]
 OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False, QDIRECT=False, QCLOSED=False, F16ROUND=False,
-           QFULL=False, QHOIST=False)
+           QFULL=False, QHOIST=False, QREDUX=False)
 VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), dict(OFF, SUBGROUPS=True),
             dict(OFF, QDIRECT=True), dict(OFF, SUBGROUPS=True, QDIRECT=True),
             dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True, QDIRECT=True, QCLOSED=True, F16ROUND=True), {}]  # ({}: defaults)
@@ -41,7 +41,11 @@ QVARIANTS = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {
              # (8-bit's log for four values at once, 2^d by bits)
              {"QFORM8": "vlog"}, {"QFORM8": "vlog", "QEPT": 4}, dict(OFF, QCLOSED=True, QFORM8="vlog"),
              # (the subgroup driver's record read once per tensor, with QFULL, QEPT and without either)
-             {"QHOIST": True}, {"QHOIST": True, "QEPT": 4}, dict(OFF, SUBGROUPS=True, QCLOSED=True, QHOIST=True)]
+             {"QHOIST": True}, {"QHOIST": True, "QEPT": 4}, dict(OFF, SUBGROUPS=True, QCLOSED=True, QHOIST=True),
+             # (its block maxima by subgroupMax/subgroupAny where a subgroup lies within a block: alone, with QEPT,
+             # and without QFULL or QHOIST)
+             dict(OFF, SUBGROUPS=True, QCLOSED=True, QREDUX=True), {"QREDUX": True, "QEPT": 4},
+             {"QREDUX": False}, {"QHOIST": False}]
 # (class, hyperparameters, options): elementwise ones bit for bit, reducing ones within the bound
 CASES = [("AdamW", {"amsgrad": True}, {}), ("SGD", {"momentum": 0.9, "nesterov": True}, {}), ("Lion", {}, {}),
          ("RMSprop", {"centered": True, "momentum": 0.5}, {}), ("LAMB", {}, {}), ("Mars", {}, {}),

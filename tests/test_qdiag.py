@@ -60,3 +60,13 @@ def test_the_default_rewritten_compiles_and_steps(which, device):
     for _ in range(3):
         o.step({"w": np.full(4096, 0.5, np.float32)})
     assert np.isfinite(o.read_params()["w"]).all()
+
+
+def test_kernel_variants_times_the_variants_in_the_order_given(monkeypatch):
+    """``--variants b,a`` times b first in each round (it used to take variants()' own order whatever was given,
+    so a run meant to put a variant first did not); names not of the row are left out, each switch set once."""
+    monkeypatch.syspath_prepend(str(BENCH))  # (kernel_variants imports qdiag from its folder)
+    kv = load_script(BENCH / "kernel_variants.py", "kernel_variants")
+    assert kv.timed_variants("adamw8bit", "fp32", "-qhoist,default,-qredux") == ["-qhoist", "default", "-qredux"]
+    assert kv.timed_variants("adamw8bit", "fp32", "+qhoist,default") == ["+qhoist"]  # (+qhoist: the default's)
+    assert kv.timed_variants("adamw8bit", "fp32", "x-maps,-wide,default,+qfull") == ["x-maps", "default"]

@@ -210,7 +210,7 @@ def optimizer_text(opt, sig: Signature, present=None, emit: Emit = PLAIN) -> Tex
         nw = max(len([s for s in p.writes if s in present]) for p in passes if p.kind == "elementwise")
         ept = kernel_shape(opt, sig.qbits)[1]
         t.gen(q_helpers(states, present, quantized, sig.qbits, nw, ept, emit.subgroups, emit.qdirect, emit.qclosed,
-                        emit.qform))
+                        emit.qform, emit.qredux))
     for p in passes:
         if p.kind == "elementwise" and quantized:
             t.gen(q_elementwise(p, present, quantized, sig.qbits, ept, emit))

@@ -45,7 +45,9 @@ class Emit:
     ``ptloads``: a per-tensor pass's threads load 8 block partials before adding them (in the same order);
     ``qfull`` (quantized buckets, the subgroup driver): ``full`` for the quantized drivers, an engine block wholly
     inside its tensor run by a copy of the unit without tail masks (the same bits); ``qhoist`` (the same driver):
-    the grads' multiplier and a tensor's record read once, not every round (the same words)."""
+    the grads' multiplier and a tensor's record read once, not every round (the same words); ``qredux`` (the same
+    driver): a subgroup's part of a block's maximum by one ``subgroupMax`` (its +inf flag by ``subgroupAny``)
+    where the subgroup lies within one block, not log2(subgroup size) shuffles."""
     wide: bool = False
     full: bool = False
     subgroups: bool = False
@@ -58,12 +60,13 @@ class Emit:
     ptloads: bool = False
     qfull: bool = False
     qhoist: bool = False
+    qredux: bool = False
 
 
 PLAIN = Emit()
 PRECISIONS = ("float32", "bfloat16", "float16", "bfloat16+master", "float16+master")
 SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK", "QDIRECT", "QCLOSED", "F16ROUND",
-            "PTLOADS", "QFULL", "QHOIST")  # the Optimizer class attributes that pick an Emit
+            "PTLOADS", "QFULL", "QHOIST", "QREDUX")  # the Optimizer class attributes that pick an Emit
 
 
 def switch(value, precision: str, name: str = "switch", qbits: int = 0) -> bool:

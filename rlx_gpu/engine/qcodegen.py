@@ -28,10 +28,11 @@ QK = 8  # engine blocks per workgroup in a quantized pass (the maps are copied i
 
 
 def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, subgroups: bool = False,
-              direct: bool = False, closed: bool = False, form: str = "") -> str:
+              direct: bool = False, closed: bool = False, form: str = "", redux: bool = False) -> str:
     """Workgroup copies of the maps (``direct``: none, the maps read from the state buffer's header where used),
     per-state loads, the code search (``closed``: in closed form, :mod:`.qsearch`: no guide, and for 4-bit no
-    midpoints read; ``form``: :data:`.qsearch.FORMS`), and the block maxima: workgroup atomics on absmax slots, or (``subgroups``) :func:`_bmax`."""
+    midpoints read; ``form``: :data:`.qsearch.FORMS`), and the block maxima: workgroup atomics on absmax slots, or
+    (``subgroups``) :func:`_bmax` (``redux``: by subgroupMax/subgroupAny)."""
     QN, QB = 2 ** bits, BLOCK[bits]
     G = QB // 4
     mine = [s for s in states if s in present and s in signs]
@@ -40,7 +41,7 @@ def q_helpers(states, present, signs: dict, bits: int, nwrites: int, ept: int, s
          f"const QS: u32 = {block_words(bits)}u;  // words per block: codes, then absmax",
          f"const QT: u32 = {GUESS_KEYS}u;  // guide entries per sign", f"const QK: u32 = {QK}u;",
          f"const QW: u32 = {max(1, nwrites)}u;  // quantized states a pass writes"]
-    L += _bmax(mine, signs) if subgroups else _slots(mine, signs, bits, ept)
+    L += _bmax(mine, signs, redux) if subgroups else _slots(mine, signs, bits, ept)
     load = []
     for tag, want in (("s", True), ("u", False)):
         src = next((s for s in mine if signs[s] == want), None)
@@ -155,16 +156,23 @@ def _slots(mine, signs: dict, bits: int, ept: int) -> list:
     return L
 
 
-def _bmax(mine, signs: dict) -> list:
+def _bmax(mine, signs: dict, redux: bool = False) -> list:
     """``q_bmax``: a block's largest (key, +inf flag) over its QTPB threads (one unit of eight elements each),
     found with subgroup shuffles (a block's threads are consecutive places of one subgroup where subgroups are that
     large), and where subgroups are smaller, their results combined through workgroup memory (two slot sets used in
-    turn: one barrier a call; WebGPU's subgroups have at least 4 invocations)."""
+    turn: one barrier a call; WebGPU's subgroups have at least 4 invocations). ``redux`` (``Emit.qredux``): where
+    a subgroup lies within one block (at most QTPB wide), its part by one ``subgroupMax`` of the key and one
+    ``subgroupAny`` of the flag instead of the shuffles (the same maximum)."""
+    own = ["    if (sgs <= QTPB) {  // (a subgroup within one block: sgs is uniform)",
+           "        k = vec2<u32>(subgroupMax(k0.x), select(0u, 1u, subgroupAny(k0.y != 0u)));",
+           "    } else {",
+           "        for (var o = 1u; o < QTPB; o = o * 2u) { k = max(k, subgroupShuffleXor(k, o)); }",
+           "    }"] if redux else [
+           "    for (var o = 1u; o < min(sgs, QTPB); o = o * 2u) { k = max(k, subgroupShuffleXor(k, o)); }"]
     return ["const QTPB: u32 = QB / 8u;  // threads per block",
             "var<workgroup> qpart: array<vec2<u32>, 2u * (WG / 4u)>;",
             "fn q_bmax(k0: vec2<u32>, turn: u32, v: u32, sgl: u32, sgs: u32, sgi: u32) -> vec2<u32> {",
-            "    var k = k0;",
-            "    for (var o = 1u; o < min(sgs, QTPB); o = o * 2u) { k = max(k, subgroupShuffleXor(k, o)); }",
+            "    var k = k0;", *own,
             "    if (sgs >= QTPB) { return k; }",
             "    let base = (turn % 2u) * (WG / 4u);",
             "    if (sgl == 0u) { qpart[base + sgi] = k; }",
