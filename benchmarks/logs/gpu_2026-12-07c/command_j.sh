@@ -3,6 +3,7 @@
 # the quantized tests on NVIDIA's compiler, both implementations (Dawn's failure in H and I was the variant with
 # QPREFETCH and QREDUX without QFULL: the list now has QREDUX without QFULL alone). (Trimmed to these: the device
 # budget had ~500 s left after refused starts; command I's +qhoist rows are the status with both on.)
+# NOT RUN: every start after command I was refused or failed (about 600 s of budget); ready for the next session.
 source .gl/gpu_env.sh || exit 1
 export PYTHONUNBUFFERED=1
 t() { local tag=$1 s=$2; shift 2; timeout $s python3 -m pytest -q "$@" > $OUT/tests_$tag.txt 2>&1; echo "$tag: $(tail -n 1 $OUT/tests_$tag.txt)"; grep -E "^E  .*(param|state of)|^FAILED" $OUT/tests_$tag.txt | head -n 8; }
