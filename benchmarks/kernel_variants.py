@@ -71,8 +71,8 @@ def variants(opt: str, precision: str) -> list:
     low = precision != "fp32"
     if opt in QUANTIZED:
         forms = [v for v, (b, _) in QFORMS.items() if b == (8 if opt == "adamw8bit" else 4)]
-        return out + ["+qfull", "-qfull", "+qhoist", "-qhoist", "+qredux", "-qredux", "+qdirect", "ept4", "-qclosed", "+qclosed",
-                      "qclosed-ept4", "qclosed-qept4", *forms, *DIAGNOSTICS]
+        return out + ["+qfull", "-qfull", "+qhoist", "-qhoist", "+qredux", "-qredux", "+qdirect", "ept4", "-qclosed",
+                      "+qclosed", "qclosed-ept4", "qclosed-qept4", *forms, *DIAGNOSTICS]
     if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
                                                                                           else [])
@@ -229,8 +229,8 @@ def groups(args) -> list:
 
 
 COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "+f16round", "-f16round", "-hvec",
-           "+qfull", "-qfull", "+qhoist", "-qhoist", "+qredux", "-qredux", "-merge", "-rowcols", "finish1", "finish8", "+recip", "-recip",
-           "+ptloads", "-ptloads",
+           "+qfull", "-qfull", "+qhoist", "-qhoist", "+qredux", "-qredux", "-merge", "-rowcols", "finish1", "finish8",
+           "+recip", "-recip", "+ptloads", "-ptloads",
            "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
 
 

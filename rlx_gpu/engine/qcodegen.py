@@ -163,12 +163,10 @@ def _bmax(mine, signs: dict, redux: bool = False) -> list:
     turn: one barrier a call; WebGPU's subgroups have at least 4 invocations). ``redux`` (``Emit.qredux``): where
     a subgroup lies within one block (at most QTPB wide), its part by one ``subgroupMax`` of the key and one
     ``subgroupAny`` of the flag instead of the shuffles (the same maximum)."""
+    shuffles = "for (var o = 1u; o < min(sgs, QTPB); o = o * 2u) { k = max(k, subgroupShuffleXor(k, o)); }"
     own = ["    if (sgs <= QTPB) {  // (a subgroup within one block: sgs is uniform)",
            "        k = vec2<u32>(subgroupMax(k0.x), select(0u, 1u, subgroupAny(k0.y != 0u)));",
-           "    } else {",
-           "        for (var o = 1u; o < QTPB; o = o * 2u) { k = max(k, subgroupShuffleXor(k, o)); }",
-           "    }"] if redux else [
-           "    for (var o = 1u; o < min(sgs, QTPB); o = o * 2u) { k = max(k, subgroupShuffleXor(k, o)); }"]
+           f"    }} else {{ {shuffles} }}"] if redux else [f"    {shuffles}"]
     return ["const QTPB: u32 = QB / 8u;  // threads per block",
             "var<workgroup> qpart: array<vec2<u32>, 2u * (WG / 4u)>;",
             "fn q_bmax(k0: vec2<u32>, turn: u32, v: u32, sgl: u32, sgs: u32, sgi: u32) -> vec2<u32> {",
