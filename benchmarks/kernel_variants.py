@@ -17,11 +17,13 @@ of half the threads, the engine block kept); ``+qlog``, ``+qcalc`` (quantized ro
 closed form QFORM8 ``"log"``, the decade by log2, or ``"calc"``, that and the midpoint computed: engine/qsearch.py),
 ``+qlin4`` (QFORM4 ``"linear"``: the 4-bit unsigned map's code by one comparison), ``+qmin`` (QFORM8 ``"min"``: the
 least of the seven lines, no decade), ``+qbin`` (QFORM8 ``"binade"``: of two lines from a table by the exponent),
-``+qvlog`` (QFORM8 ``"vlog"``: log for four values at once, one branch for the four, 2^d by bits),
+``+qvlog`` (QFORM8 ``"vlog"``: log for four values at once, one branch for the four, 2^d by bits), ``+qvlogi``
+(QFORM8 ``"vlogi"``: vlog with its floor and float-to-int conversion done by the adder and integer operations),
+``+qlin4i`` (QFORM4 ``"lineari"``: the same for 4-bit's unsigned linear form),
 ``+qfull``/``-qfull`` (quantized rows: QFULL, their subgroup driver's blocks wholly inside their tensor by a copy of
 the unit without tail masks, or not), ``+qhoist``/``-qhoist`` (QHOIST: that driver reads a tensor's record once
 per run of its blocks and the grads' multiplier once, not every round), ``+qredux``/``-qredux`` (QREDUX: its block
-maxima by subgroupMax where a subgroup lies within one block), ``+qdecade``, ``+qbisect``
+maxima by subgroupMax/subgroupAny, masked a block at a time where a subgroup holds several), ``+qdecade``, ``+qbisect``
 and ``-qclosed`` (the forms and the guide search the defaults replaced; a variant whose switches are the default's
 is timed once, under the first name); ``+f16round`` (LAMB's float16 rows: F16ROUND on, the moments as
 the apply pass re-reads them rounded by the hardware's conversion, engine/codegen.py); ``-hvec`` (LAMB's float16
@@ -62,7 +64,8 @@ REDUCING = ("lamb", "mars", "adafactor")
 QUANTIZED = ("adamw8bit", "adamw4bit")
 # variant: (width, its QFORM) (the first two: the forms before the H200 chose "log" and "linear")
 QFORMS = {"+qdecade": (8, "decade"), "+qbisect": (4, "bisect"), "+qlog": (8, "log"), "+qcalc": (8, "calc"),
-          "+qlin4": (4, "linear"), "+qmin": (8, "min"), "+qbin": (8, "binade"), "+qvlog": (8, "vlog")}
+          "+qlin4": (4, "linear"), "+qmin": (8, "min"), "+qbin": (8, "binade"), "+qvlog": (8, "vlog"),
+          "+qvlogi": (8, "vlogi"), "+qlin4i": (4, "lineari")}
 
 
 def variants(opt: str, precision: str) -> list:

@@ -40,6 +40,9 @@ QVARIANTS = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {
              dict(OFF, QCLOSED=True, QFORM8="binade"),
              # (8-bit's log for four values at once, 2^d by bits)
              {"QFORM8": "vlog"}, {"QFORM8": "vlog", "QEPT": 4}, dict(OFF, QCLOSED=True, QFORM8="vlog"),
+             # (vlog with its roundings by the adder)
+             {"QFORM8": "vlogi", "QFORM4": "lineari"},
+             dict(OFF, SUBGROUPS=True, QCLOSED=True, QFORM8="vlogi", QFORM4="lineari", QEPT=4),
              # (the subgroup driver's record read once per tensor, with QFULL, QEPT and without either)
              {"QHOIST": True}, {"QHOIST": True, "QEPT": 4}, dict(OFF, SUBGROUPS=True, QCLOSED=True, QHOIST=True),
              # (its block maxima by subgroupMax/subgroupAny where a subgroup lies within a block: alone, with QEPT,
@@ -212,11 +215,11 @@ def test_quantized_switches_by_state_width(device):
     assert (rlx_gpu.AdamW.QFORM8, rlx_gpu.AdamW.QFORM4) == ("vlog", "linear")
     bad = _variant("AdamW", {"QCLOSED": {8: True}, "QFORM8": "nope"})(p, state_bits=8, min_quantized_size=1,
                                                                       device=device)
-    with pytest.raises(ValueError, match=r"QFORM8: unknown form 'nope'; expected one of \['decade', 'log', 'calc', 'min', 'binade', 'vlog'\]"):
+    with pytest.raises(ValueError, match=r"QFORM8: unknown form 'nope'; expected one of \['decade', 'log', 'calc', 'min', 'binade', 'vlog', 'vlogi'\]"):
         bad.step({"a": np.ones(3000, np.float32)})
     np.testing.assert_array_equal(bad.read_params()["a"], p["a"])  # (nothing changed)
     bad4 = _variant("AdamW", {"QFORM4": "decade"})(p, state_bits=4, min_quantized_size=1, device=device)
-    with pytest.raises(ValueError, match=r"QFORM4: unknown form 'decade'; expected one of \['bisect', 'linear'\]"):
+    with pytest.raises(ValueError, match=r"QFORM4: unknown form 'decade'; expected one of \['bisect', 'linear', 'lineari'\]"):
         bad4.step({"a": np.ones(3000, np.float32)})
 
 

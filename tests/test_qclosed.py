@@ -171,7 +171,8 @@ def _codes(device, code: str, vals, words, h) -> np.ndarray:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("bits,form", [(8, "decade"), (8, "log"), (8, "calc"), (8, "min"), (8, "binade"),
-                                       (8, "vlog"), (4, "bisect"), (4, "linear")])
+                                       (8, "vlog"), (8, "vlogi"), (4, "bisect"), (4, "linear"),
+                                       (4, "lineari")])
 @pytest.mark.parametrize("signed", [True, False])
 def test_closed_form_codes_are_the_searchs(bits, form, signed, device):
     """The closed form's codes equal the guide search's and the rule's count (core/quant.py's bisection) where the

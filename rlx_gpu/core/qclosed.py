@@ -234,7 +234,8 @@ def check_mids(signed: bool) -> int:
 def check_linear4(ulps: int = 96) -> int:
     """The 4-bit unsigned map's guess g = floor(16 x - 1) (clamped to 0..14) is the code or one below it for every
     float32 x within ``ulps`` steps of a midpoint or of a place where g changes, both signs, x within 2^-20 of
-    v / s, 16 x - 1 rounded once or twice. Returns the number of x checked."""
+    v / s, 16 x - 1 rounded once or twice; and so is "lineari"'s round-to-nearest-even(16 x - 3/2), clamped.
+    Returns the number of x checked."""
     mids = quant.midpoints(4, False).astype(np.float64)
     pts = np.concatenate([mids, (np.arange(17) + 1) / 16.0, [0.0, 2.0, 3.9]]).astype(F32).view(np.int32)
     near = np.unique((pts.astype(np.int64)[:, None] + np.arange(-ulps, ulps + 1)).reshape(-1))
@@ -243,8 +244,11 @@ def check_linear4(ulps: int = 96) -> int:
     x64 = xs.astype(np.float64)
     c_lo = np.searchsorted(mids, np.minimum(x64 * (1 - DELTA), x64 * (1 + DELTA)), side="left")
     c_hi = np.searchsorted(mids, np.maximum(x64 * (1 - DELTA), x64 * (1 + DELTA)), side="left")
-    for y in ((xs * F32(16)).astype(F32) - F32(1), (x64 * 16 - 1).astype(F32)):
-        g = np.clip(y, 0, 14).astype(np.int64)
+    floors = [np.clip(y, 0, 14).astype(np.int64) for y in ((xs * F32(16)).astype(F32) - F32(1),
+                                                            (x64 * 16 - 1).astype(F32))]
+    rounds = [np.rint(np.clip(y, 0, 14)).astype(np.int64) for y in ((xs * F32(16)).astype(F32) - F32(1.5),
+                                                                   (x64 * 16 - 1.5).astype(F32))]
+    for g in floors + rounds:
         bad = (g < np.minimum(c_hi - 1, 14)) | (g > c_lo)
         assert not bad.any(), (float(xs[bad][0]), int(g[bad][0]), int(c_lo[bad][0]), int(c_hi[bad][0]))
     return xs.size

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..core.quant import BLOCK, GUESS_BITS, GUESS_KEYS
 from ..runtime.qarena import block_words, header_words
-from .qsearch import closed_code_fn
+from .qsearch import FOUR, closed_code_fn
 
 __all__ = ["QK", "q_bindings", "q_helpers"]
 
@@ -101,7 +101,7 @@ def _search_fns(tag: str, bits: int, closed: bool = False, form: str = "") -> li
               f"        if (sc * q_t_{tag}(c + st - 1u) < v) {{ c = c + st; }}", "    }", "    return c;", "}"]
     if closed:
         return (bisect if bits == 8 else []) + closed_code_fn(tag, bits, form) + _codes_fns(tag, bits,
-                                                                                          form == "vlog")
+                                                                                          form in FOUR)
     return bisect + [
             f"fn q_code_{tag}(v: f32, a: f32, inv: f32) -> u32 {{",
             "    // the guide's guess from the float bits of v / a is within one code of the count of",
@@ -162,7 +162,9 @@ def _bmax(mine, signs: dict, redux: bool = False) -> list:
     large), and where subgroups are smaller, their results combined through workgroup memory (two slot sets used in
     turn: one barrier a call; WebGPU's subgroups have at least 4 invocations). ``redux`` (``Emit.qredux``): where
     a subgroup lies within one block (at most QTPB wide), its part by one ``subgroupMax`` of the key and one
-    ``subgroupAny`` of the flag instead of the shuffles (the same maximum)."""
+    ``subgroupAny`` of the flag instead of the shuffles (the same maximum). Where a subgroup holds several blocks
+    (4-bit's 16-thread blocks on NVIDIA's 32 lanes) the shuffles stay: one masked reduction a block in turn was 9%
+    slower on an H100 and gave other params in one driver variant there (PERF_NOTES 83)."""
     shuffles = "for (var o = 1u; o < min(sgs, QTPB); o = o * 2u) { k = max(k, subgroupShuffleXor(k, o)); }"
     own = ["    if (sgs <= QTPB) {  // (a subgroup within one block: sgs is uniform)",
            "        k = vec2<u32>(subgroupMax(k0.x), select(0u, 1u, subgroupAny(k0.y != 0u)));",

@@ -4,16 +4,18 @@ same codes, without the guide. 8-bit: the decade's line, one midpoint (``form``:
 comparisons; ``"log"``, by log2 and exp2; ``"calc"``, that and the midpoint computed, loaded only near it;
 ``"min"``, no decade: the least of the seven lines; ``"binade"``: of two, from a workgroup table by the exponent,
 filled by ``q_load_y_<tag>(lid)`` before the maps' barrier; ``"vlog"``: log for four values at once, one branch for
-the four, 2^d by bits: ``q_code4_<tag>``); 4-bit: the bisection over constants."""
+the four, 2^d by bits: ``q_code4_<tag>``; ``"vlogi"``: vlog with its two roundings to an integer (the decade, g) by
+the float adder and integer operations, no floor or float-to-int conversion); 4-bit: the bisection over constants."""
 from __future__ import annotations
 
 from ..core import qclosed, quant
 
-__all__ = ["closed_code_fn", "FORMS"]
+__all__ = ["closed_code_fn", "FORMS", "FOUR"]
 
 # the closed forms by state width (Optimizer.QFORM8, QFORM4 pick one; 4-bit "linear": the unsigned map's, the
 # signed one keeps the bisection)
-FORMS = {8: ("decade", "log", "calc", "min", "binade", "vlog"), 4: ("bisect", "linear")}
+FORMS = {8: ("decade", "log", "calc", "min", "binade", "vlog", "vlogi"), 4: ("bisect", "linear", "lineari")}
+FOUR = ("vlog", "vlogi")  # the forms of q_code4_<tag> (four values a call)
 
 
 def _f(v) -> str:
@@ -28,24 +30,32 @@ def closed_code_fn(tag: str, bits: int, form: str = "") -> list:
     if form not in FORMS[bits]:
         raise ValueError(f"QFORM{bits}: unknown form {form!r}; expected one of {list(FORMS[bits])}")
     if bits == 4:
-        return _bisection(tag, quant.midpoints(bits, tag == "s"), "q_bisect_u" if form == "linear" and tag == "u"
-                          else "") + (_linear() if form == "linear" and tag == "u" else [])
-    if form == "vlog":
-        return _vlog(tag)
+        lin = form != "bisect" and tag == "u"
+        return _bisection(tag, quant.midpoints(bits, tag == "s"), "q_bisect_u" if lin else "") + (
+            _linear(form == "lineari") if lin else [])
+    if form in FOUR:
+        return _vlog(tag, form == "vlogi")
     y = {"decade": _decades, "min": _min_y, "binade": _binade_y}.get(form, _log_y)(tag)
     return (_binade_table(tag) if form == "binade" else []) + _head(tag) + y + _settle(tag, form == "calc")
 
 
-def _linear() -> list:
+def _linear(ints: bool = False) -> list:
     """The 4-bit unsigned map (k + 1) / 16: midpoint k is (2k + 3) / 32 exactly (the stored float32), and
     g = floor(16 x - 1) is the code or one below it (core/qclosed.check_linear4); x inf/NaN or far past 1, or the
-    scale out of range: the bisection."""
+    scale out of range: the bisection. ``ints`` ("lineari"): g = round-to-nearest(16 x - 3/2), clamped, and g as a
+    float, by the adder and integer operations (as 8-bit's "vlogi": no float-to-int or int-to-float conversion;
+    one below the floor only where 16 x - 1 is an integer, which check_linear4 takes too)."""
     lo, hi = qclosed.SCALE_RANGE
-    return ["fn q_code_u(v: f32, a: f32, inv: f32) -> u32 {", "    let sc = select(a, 1.0, a == 0.0);",
+    head = ["fn q_code_u(v: f32, a: f32, inv: f32) -> u32 {", "    let sc = select(a, 1.0, a == 0.0);",
             "    let x = v * inv;",
-            f"    if (!(abs(x) < 4.0) || sc < {_f(lo)} || sc > {_f(hi)}) {{ return q_bisect_u(v, a); }}",
-            "    let g = u32(clamp(fma(x, 16.0, -1.0), 0.0, 14.0));",
-            "    return g + select(0u, 1u, sc * fma(f32(g), 0.0625, 0.09375) < v);", "}"]
+            f"    if (!(abs(x) < 4.0) || sc < {_f(lo)} || sc > {_f(hi)}) {{ return q_bisect_u(v, a); }}"]
+    if ints:
+        return head + ["    let mg = q_m_u(QN - 1u) * 12582912.0;  // 1.5 * 2^23 (read: the map's last entry is 1.0)",
+                       "    let g = bitcast<u32>(clamp(fma(x, 16.0, -1.5), 0.0, 14.0) + mg) - 0x4b400000u;",
+                       "    let gf = bitcast<f32>(g + 0x4b000000u) - 8388608.0;",
+                       "    return g + select(0u, 1u, sc * fma(gf, 0.0625, 0.09375) < v);", "}"]
+    return head + ["    let g = u32(clamp(fma(x, 16.0, -1.0), 0.0, 14.0));",
+                   "    return g + select(0u, 1u, sc * fma(f32(g), 0.0625, 0.09375) < v);", "}"]
 
 
 def _head(tag: str) -> list:
@@ -103,17 +113,24 @@ def _log_y(tag: str) -> list:
             f"    let y = exp2(fma(fd, {_f(qclosed.LOG2_5TH)}, lg + {_f(k)})) + fma(exp2(fd), {_f(c1)}, {_f(c0)});"]
 
 
-def _vlog(tag: str) -> list:
+def _vlog(tag: str, ints: bool = False) -> list:
     """``q_code4_<tag>(v, a, inv)``: log's y and settling for four values at once, one branch for the four (any
     of them inf/NaN after the scale, or the scale out of range: the bisection for all four, the rule by
     definition), and 2^d from d's bits (d + 2^23 holds d in its low bits) where log takes exp2(d): exact, so y
-    is log's within its bound (LOG_ERR takes exp2's error there; ``core/qclosed.log_y`` computes 2^d exactly)."""
+    is log's within its bound (LOG_ERR takes exp2's error there; ``core/qclosed.log_y`` computes 2^d exactly).
+    ``ints`` ("vlogi"): floor(z) and u32(y) (on NVIDIA a quarter-rate round and conversion each, per value and
+    state) as round-to-nearest(z - 1/2), clamped, by the adder (clamp(z - 1/2) + 1.5 * 2^23 holds it in its low
+    bits); it differs from the floor only where z is an integer, and then by one below: a decade picked wrongly
+    at its threshold (where the two lines meet) and a y one float32 step lower, both inside LOG_ERR
+    (:func:`rlx_gpu.core.qclosed.check_guess` takes every y within it of the line). Compilers may reassociate a
+    sum with constants (Mesa's NIR does: a constant 1.5 * 2^23 beside the 1/2 gave other codes on llvmpipe), so
+    the magic number is read from the map, behind a clamp."""
     lo, hi = qclosed.SCALE_RANGE
     k, c1, c0 = qclosed.log_consts(tag == "s")
     v4 = lambda c: f"vec4<f32>({_f(c)})"  # noqa: E731
     top = "select(vec4<f32>(254.0), vec4<f32>(253.0), neg)" if tag == "s" else "vec4<f32>(254.0)"
     g = "select(ga, vec4<u32>(253u) - ga, neg)" if tag == "s" else "select(ga, vec4<u32>(0u), neg)"
-    return [f"fn q_code4_{tag}(v: vec4<f32>, a: f32, inv: f32) -> vec4<u32> {{",
+    head = [f"fn q_code4_{tag}(v: vec4<f32>, a: f32, inv: f32) -> vec4<u32> {{",
             "    let sc = select(a, 1.0, a == 0.0);",
             "    let x = v * inv;",
             "    if (any((bitcast<vec4<u32>>(x) & vec4<u32>(ABS_BITS)) >= vec4<u32>(EXP_BITS)) || "
@@ -122,16 +139,27 @@ def _vlog(tag: str) -> list:
             "        return vec4<u32>(" + ", ".join(f"select(q_search_{tag}(v.{c}, sc), 0u, is_nan(v.{c}))" for c in "xyzw")
             + ");", "    }",
             "    let ax = abs(x);",
-            f"    let lg = log2(max(ax, {v4(qclosed.LOG_FLOOR)}));",
-            f"    let fd = clamp(floor(fma(lg, {v4(qclosed.LOG10_2)}, vec4<f32>(7.0))), vec4<f32>(0.0), vec4<f32>(6.0));",
-            "    let p2 = bitcast<vec4<f32>>((bitcast<vec4<u32>>(fd + vec4<f32>(8388608.0)) << vec4<u32>(23u)) + "
-            "vec4<u32>(0x3f800000u));  // 2^d",
-            f"    let y = exp2(fma(fd, {v4(qclosed.LOG2_5TH)}, lg + {v4(k)})) + fma(p2, {v4(c1)}, {v4(c0)});",
-            "    let neg = x < vec4<f32>(0.0);",
-            f"    let ga = vec4<u32>(clamp(y, vec4<f32>({'127.0' if tag == 's' else '0.0'}), {top}));",
-            f"    let g = {g};",
-            f"    let t = vec4<f32>(q_t_{tag}(g.x), q_t_{tag}(g.y), q_t_{tag}(g.z), q_t_{tag}(g.w));",
-            "    return g + select(vec4<u32>(0u), vec4<u32>(1u), sc * t < v);", "}"]
+            f"    let lg = log2(max(ax, {v4(qclosed.LOG_FLOOR)}));"]
+    y = f"    let y = exp2(fma(fd, {v4(qclosed.LOG2_5TH)}, lg + {v4(k)})) + fma(p2, {v4(c1)}, {v4(c0)});"
+    settle = ["    let neg = x < vec4<f32>(0.0);"]
+    if ints:
+        lo4 = f"vec4<f32>({'127.0' if tag == 's' else '0.0'})"
+        body = ["    // 1.5 * 2^23 (the map's last entry is 1.0: read, so no compiler folds it into a constant beside it):",
+                "    // clamp(z) + mg holds round(z) in its low bits (the clamp keeps any rewrite of the sum away)",
+                f"    let mg = vec4<f32>(q_m_{tag}(QN - 1u) * 12582912.0);",
+                f"    let di = bitcast<vec4<u32>>(clamp(fma(lg, {v4(qclosed.LOG10_2)}, vec4<f32>(6.5)), vec4<f32>(0.0), "
+                "vec4<f32>(6.0)) + mg) - vec4<u32>(0x4b400000u);  // the decade",
+                "    let fd = bitcast<vec4<f32>>(di + vec4<u32>(0x4b000000u)) - vec4<f32>(8388608.0);",
+                "    let p2 = bitcast<vec4<f32>>((di << vec4<u32>(23u)) + vec4<u32>(0x3f800000u));  // 2^d", y] + settle + [
+                f"    let ga = bitcast<vec4<u32>>(clamp(y - vec4<f32>(0.5), {lo4}, {top}) + mg) - vec4<u32>(0x4b400000u);"]
+    else:
+        body = [f"    let fd = clamp(floor(fma(lg, {v4(qclosed.LOG10_2)}, vec4<f32>(7.0))), vec4<f32>(0.0), vec4<f32>(6.0));",
+                "    let p2 = bitcast<vec4<f32>>((bitcast<vec4<u32>>(fd + vec4<f32>(8388608.0)) << vec4<u32>(23u)) + "
+                "vec4<u32>(0x3f800000u));  // 2^d", y] + settle + [
+                f"    let ga = vec4<u32>(clamp(y, vec4<f32>({'127.0' if tag == 's' else '0.0'}), {top}));"]
+    return head + body + [f"    let g = {g};",
+                          f"    let t = vec4<f32>(q_t_{tag}(g.x), q_t_{tag}(g.y), q_t_{tag}(g.z), q_t_{tag}(g.w));",
+                          "    return g + select(vec4<u32>(0u), vec4<u32>(1u), sc * t < v);", "}"]
 
 
 def _settle(tag: str, calc: bool) -> list:
