@@ -23,7 +23,7 @@ least of the seven lines, no decade), ``+qbin`` (QFORM8 ``"binade"``: of two lin
 ``+qfull``/``-qfull`` (quantized rows: QFULL, their subgroup driver's blocks wholly inside their tensor by a copy of
 the unit without tail masks, or not), ``+qhoist``/``-qhoist`` (QHOIST: that driver reads a tensor's record once
 per run of its blocks and the grads' multiplier once, not every round), ``+qredux``/``-qredux`` (QREDUX: its block
-maxima by subgroupMax/subgroupAny, masked a block at a time where a subgroup holds several), ``+qdecade``, ``+qbisect``
+maxima by subgroupMax/subgroupAny where a subgroup lies within one block), ``+qdecade``, ``+qbisect``
 and ``-qclosed`` (the forms and the guide search the defaults replaced; a variant whose switches are the default's
 is timed once, under the first name); ``+f16round`` (LAMB's float16 rows: F16ROUND on, the moments as
 the apply pass re-reads them rounded by the hardware's conversion, engine/codegen.py); ``-hvec`` (LAMB's float16

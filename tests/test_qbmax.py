@@ -38,7 +38,7 @@ def test_block_maximum_and_flag(device, qb, redux):
     n = 8 * WG
     keys = np.zeros((n, 2), np.uint32)
     keys[:, 0] = rng.integers(0, 0x7F800000, n, dtype=np.uint32)
-    keys[rng.random(n) < 0.3, 0] = 0  # (zeros: the masked lanes' own value)
+    keys[rng.random(n) < 0.3, 0] = 0  # (zeros: the key's least value)
     keys[:, 1] = rng.random(n) < 4.0 / qb  # (the +inf flag: in some blocks, not others)
     tpb = qb // 8
     head = "\n".join(["enable subgroups;"] * implementation.subgroup_directive()
