@@ -16,6 +16,8 @@ __all__ = ["closed_code_fn", "FORMS", "FOUR"]
 # signed one keeps the bisection)
 FORMS = {8: ("decade", "log", "calc", "min", "binade", "vlog", "vlogi"), 4: ("bisect", "linear", "lineari")}
 FOUR = ("vlog", "vlogi")  # the forms of q_code4_<tag> (four values a call)
+# "vlogi"/"lineari": x + 1.5 * 2^23 holds round(x) in its low bits (|x| < 2^22), its bits less MAGIC_BITS
+MAGIC, MAGIC_BITS = "12582912.0", "0x4b400000"
 
 
 def _f(v) -> str:
@@ -50,8 +52,8 @@ def _linear(ints: bool = False) -> list:
             "    let x = v * inv;",
             f"    if (!(abs(x) < 4.0) || sc < {_f(lo)} || sc > {_f(hi)}) {{ return q_bisect_u(v, a); }}"]
     if ints:
-        return head + ["    let mg = q_m_u(QN - 1u) * 12582912.0;  // 1.5 * 2^23 (read: the map's last entry is 1.0)",
-                       "    let g = bitcast<u32>(clamp(fma(x, 16.0, -1.5), 0.0, 14.0) + mg) - 0x4b400000u;",
+        return head + [f"    let mg = q_m_u(QN - 1u) * {MAGIC};  // 1.5 * 2^23 (read: the map's last entry is 1.0)",
+                       f"    let g = bitcast<u32>(clamp(fma(x, 16.0, -1.5), 0.0, 14.0) + mg) - {MAGIC_BITS}u;",
                        "    let gf = bitcast<f32>(g + 0x4b000000u) - 8388608.0;",
                        "    return g + select(0u, 1u, sc * fma(gf, 0.0625, 0.09375) < v);", "}"]
     return head + ["    let g = u32(clamp(fma(x, 16.0, -1.0), 0.0, 14.0));",
@@ -139,24 +141,23 @@ def _vlog(tag: str, ints: bool = False) -> list:
             "        return vec4<u32>(" + ", ".join(f"select(q_search_{tag}(v.{c}, sc), 0u, is_nan(v.{c}))" for c in "xyzw")
             + ");", "    }",
             "    let ax = abs(x);",
-            f"    let lg = log2(max(ax, {v4(qclosed.LOG_FLOOR)}));"]
+            f"    let lg = log2(max(ax, {v4(qclosed.LOG_FLOOR)}));",
+            "    let neg = x < vec4<f32>(0.0);"]
     y = f"    let y = exp2(fma(fd, {v4(qclosed.LOG2_5TH)}, lg + {v4(k)})) + fma(p2, {v4(c1)}, {v4(c0)});"
-    settle = ["    let neg = x < vec4<f32>(0.0);"]
+    lo4 = f"vec4<f32>({'127.0' if tag == 's' else '0.0'})"
     if ints:
-        lo4 = f"vec4<f32>({'127.0' if tag == 's' else '0.0'})"
         body = ["    // 1.5 * 2^23 (the map's last entry is 1.0: read, so no compiler folds it into a constant beside it):",
                 "    // clamp(z) + mg holds round(z) in its low bits (the clamp keeps any rewrite of the sum away)",
-                f"    let mg = vec4<f32>(q_m_{tag}(QN - 1u) * 12582912.0);",
+                f"    let mg = vec4<f32>(q_m_{tag}(QN - 1u) * {MAGIC});",
                 f"    let di = bitcast<vec4<u32>>(clamp(fma(lg, {v4(qclosed.LOG10_2)}, vec4<f32>(6.5)), vec4<f32>(0.0), "
-                "vec4<f32>(6.0)) + mg) - vec4<u32>(0x4b400000u);  // the decade",
+                f"vec4<f32>(6.0)) + mg) - vec4<u32>({MAGIC_BITS}u);  // the decade",
                 "    let fd = bitcast<vec4<f32>>(di + vec4<u32>(0x4b000000u)) - vec4<f32>(8388608.0);",
-                "    let p2 = bitcast<vec4<f32>>((di << vec4<u32>(23u)) + vec4<u32>(0x3f800000u));  // 2^d", y] + settle + [
-                f"    let ga = bitcast<vec4<u32>>(clamp(y - vec4<f32>(0.5), {lo4}, {top}) + mg) - vec4<u32>(0x4b400000u);"]
+                "    let p2 = bitcast<vec4<f32>>((di << vec4<u32>(23u)) + vec4<u32>(0x3f800000u));  // 2^d", y,
+                f"    let ga = bitcast<vec4<u32>>(clamp(y - vec4<f32>(0.5), {lo4}, {top}) + mg) - vec4<u32>({MAGIC_BITS}u);"]
     else:
         body = [f"    let fd = clamp(floor(fma(lg, {v4(qclosed.LOG10_2)}, vec4<f32>(7.0))), vec4<f32>(0.0), vec4<f32>(6.0));",
                 "    let p2 = bitcast<vec4<f32>>((bitcast<vec4<u32>>(fd + vec4<f32>(8388608.0)) << vec4<u32>(23u)) + "
-                "vec4<u32>(0x3f800000u));  // 2^d", y] + settle + [
-                f"    let ga = vec4<u32>(clamp(y, vec4<f32>({'127.0' if tag == 's' else '0.0'}), {top}));"]
+                "vec4<u32>(0x3f800000u));  // 2^d", y, f"    let ga = vec4<u32>(clamp(y, {lo4}, {top}));"]
     return head + body + [f"    let g = {g};",
                           f"    let t = vec4<f32>(q_t_{tag}(g.x), q_t_{tag}(g.y), q_t_{tag}(g.z), q_t_{tag}(g.w));",
                           "    return g + select(vec4<u32>(0u), vec4<u32>(1u), sc * t < v);", "}"]
