@@ -2,7 +2,8 @@
 # The two set-up-and-run commands of the README:
 #   ./run.sh demo [args]   trains the spiral demo with a GPU optimizer (examples/train_spirals.py)
 #   ./run.sh test [args]   checks every shipped shader (rlx-gpu check-shaders --validator all), then runs
-#                          the test suite (pytest; GPU tests on whatever adapter is found) on wgpu-native, then
+#                          the test suite (pytest over pytest-xdist workers: RLX_GPU_TEST_WORKERS, default one a
+#                          core up to 4; GPU tests on whatever adapter is found) on wgpu-native, then
 #                          its GPU tests (-m gpu: the rest does not touch an implementation) on Dawn where Dawn
 #                          finds an adapter (on Debian 12 as root: after installing Mesa 25 from
 #                          bookworm-backports; elsewhere the reason is printed and Dawn is skipped)
@@ -64,11 +65,15 @@ case "$what" in
   demo) exec "$py" examples/train_spirals.py "$@" ;;
   test) "$venv/bin/rlx-gpu" check-shaders --validator all --quiet
         rc=0
-        echo "run.sh: the test suite on wgpu-native" >&2
-        RLX_GPU_IMPLEMENTATION=wgpu-native "$py" -m pytest "$@" || rc=$?
+        # pytest-xdist: one worker a core, at most 4 (each holds a device and torch: ~1 GB); RLX_GPU_TEST_WORKERS=0
+        # runs the suite in this process
+        workers=${RLX_GPU_TEST_WORKERS:-$(n=$(nproc 2>/dev/null || echo 1); echo $(( n < 4 ? n : 4 )))}
+        par=(-n "$workers" --dist worksteal)
+        echo "run.sh: the test suite on wgpu-native ($workers workers)" >&2
+        RLX_GPU_IMPLEMENTATION=wgpu-native "$py" -m pytest "${par[@]}" "$@" || rc=$?
         if [ -n "${RLX_GPU_REQUIRE_DAWN:-}" ] || dawn_ready; then  # (CI: a Dawn without adapter fails the run)
-          echo "run.sh: the GPU tests on Dawn" >&2
-          RLX_GPU_IMPLEMENTATION=dawn "$py" -m pytest -m gpu "$@" || rc=$?
+          echo "run.sh: the GPU tests on Dawn ($workers workers)" >&2
+          RLX_GPU_IMPLEMENTATION=dawn "$py" -m pytest -m gpu "${par[@]}" "$@" || rc=$?
         fi
         exit "$rc" ;;
   docs) "$py" -c "import mkdocs_gen_files, mkdocs_literate_nav, mkdocstrings_handlers.python, material" 2>/dev/null \

@@ -25,30 +25,24 @@ OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False, QDIRECT=False, 
 VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), dict(OFF, SUBGROUPS=True),
             dict(OFF, QDIRECT=True), dict(OFF, SUBGROUPS=True, QDIRECT=True),
             dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True, QDIRECT=True, QCLOSED=True, F16ROUND=True), {}]  # ({}: defaults)
-# the quantized buckets' own (QCLOSED: the code search in closed form; with four vec4s a thread too: EPT = 4, or
-# QEPT = 4, the quantized buckets' kernels alone, in workgroups of half the threads, the engine block kept)
-QVARIANTS = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {"QCLOSED": True},
-             {"QCLOSED": True, "EPT": 4}, dict(OFF, QCLOSED=True, QDIRECT=True, EPT=4), {"QCLOSED": True, "QEPT": 4},
-             dict(OFF, QEPT=4), dict(OFF, SUBGROUPS=True, QCLOSED=True, QEPT=4),
-             # (the other closed forms, engine/qsearch.FORMS: 8-bit's decade by log2, the midpoint computed; 4-bit
-             # unsigned's one comparison)
-             dict(OFF, QCLOSED=True, QFORM8="log", QFORM4="linear"), {"QCLOSED": True, "QFORM8": "calc"},
-             dict(OFF, SUBGROUPS=True, QCLOSED=True, QFORM8="calc", QFORM4="linear", EPT=4),
-             # (8-bit's least of the lines; FULL's unmasked copy of the unit in the subgroup driver, with QEPT too)
-             dict(OFF, SUBGROUPS=True, QFULL=True, QCLOSED=True, QFORM8="min"), {"QFORM8": "binade", "QEPT": 4},
-             {"QFULL": True, "QEPT": 4}, {"QFULL": True},
-             dict(OFF, QCLOSED=True, QFORM8="binade"),
-             # (8-bit's log for four values at once, 2^d by bits)
-             {"QFORM8": "vlog"}, {"QFORM8": "vlog", "QEPT": 4}, dict(OFF, QCLOSED=True, QFORM8="vlog"),
-             # (vlog with its roundings by the adder)
-             {"QFORM8": "vlogi", "QFORM4": "lineari"},
-             dict(OFF, SUBGROUPS=True, QCLOSED=True, QFORM8="vlogi", QFORM4="lineari", QEPT=4),
-             # (the subgroup driver's record read once per tensor, with QFULL, QEPT and without either)
-             {"QHOIST": True}, {"QHOIST": True, "QEPT": 4}, dict(OFF, SUBGROUPS=True, QCLOSED=True, QHOIST=True),
-             # (its block maxima by subgroupMax/subgroupAny where a subgroup lies within a block: alone, with QEPT,
-             # and without QFULL or QHOIST)
-             dict(OFF, SUBGROUPS=True, QCLOSED=True, QREDUX=True), {"QREDUX": True, "QEPT": 4},
-             {"QREDUX": False}, {"QHOIST": False}]
+# the quantized buckets' own, in two lists. QDRIVER, on every precision (the params' loads and stores sit in the
+# driver's loop): the atomics and the subgroup driver, each switch of the subgroup driver off from the defaults
+# and alone on the plain driver, four vec4s a thread (EPT = 4, or QEPT = 4: the quantized buckets' kernels alone,
+# in workgroups of half the threads, the engine block kept), the maps read from the state buffers (QDIRECT), the
+# guide search (QCLOSED off). QSEARCH, on float32 params (the code search reads only float32 states, so another
+# precision adds a compile and nothing else): engine/qsearch.FORMS' other closed forms in both drivers.
+# (Every entry is a distinct module: a compile of several seconds on llvmpipe; duplicates of the defaults left out)
+QDRIVER = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {"EPT": 4},
+           dict(OFF, QCLOSED=True, QDIRECT=True, EPT=4), {"QEPT": 4}, dict(OFF, QEPT=4),
+           dict(OFF, SUBGROUPS=True, QCLOSED=True, QEPT=4),
+           dict(OFF, SUBGROUPS=True, QCLOSED=True, QFULL=True), dict(OFF, SUBGROUPS=True, QCLOSED=True, QHOIST=True),
+           dict(OFF, SUBGROUPS=True, QCLOSED=True, QREDUX=True), {"QFULL": False}, {"QHOIST": False},
+           {"QREDUX": False}]
+QSEARCH = [{"QFORM8": "decade", "QFORM4": "bisect"}, dict(OFF, QCLOSED=True, QFORM8="log", QFORM4="linear"),
+           {"QFORM8": "calc"}, dict(OFF, SUBGROUPS=True, QCLOSED=True, QFORM8="calc", QFORM4="linear", EPT=4),
+           dict(OFF, SUBGROUPS=True, QFULL=True, QCLOSED=True, QFORM8="min"), {"QFORM8": "binade", "QEPT": 4},
+           dict(OFF, QCLOSED=True, QFORM8="binade"), {"QFORM8": "vlogi", "QFORM4": "lineari"},
+           dict(OFF, SUBGROUPS=True, QCLOSED=True, QFORM8="vlogi", QFORM4="lineari", QEPT=4)]
 # (class, hyperparameters, options): elementwise ones bit for bit, reducing ones within the bound
 CASES = [("AdamW", {"amsgrad": True}, {}), ("SGD", {"momentum": 0.9, "nesterov": True}, {}), ("Lion", {}, {}),
          ("RMSprop", {"centered": True, "momentum": 0.5}, {}), ("LAMB", {}, {}), ("Mars", {}, {}),
@@ -108,14 +102,20 @@ def _id(v) -> str:
     return ",".join(f"{k}={x}" for k, x in v.items()) or "-" if isinstance(v, dict) else str(v)
 
 
-# (state_dtype does not apply to quantized states: those rows are not made)
-@pytest.mark.parametrize("name,hyper,opts,dtype", [(*c, d) for d in DTYPES for c in CASES
-                                                   if not (c[2].get("state_bits") and "states" in d)], ids=_id)
-def test_variants_match_the_plain_driver(name, hyper, opts, dtype, device):
+# the quantized rows' precisions: SGD's one signed state adds nothing to AdamW's rows in the params' code but the
+# state count, so float32 and one 16-bit precision; state_dtype does not apply to quantized states
+QDTYPES = {"AdamW": [d for d in DTYPES if "states" not in d], "SGD": ["float32", "bfloat16"]}
+ROWS = [(*c, d, "variants") for d in DTYPES for c in CASES if not c[2].get("state_bits")] + [
+    (*c, d, "driver") for c in CASES if c[2].get("state_bits") for d in QDTYPES[c[0]]] + [
+    (*c, "float32", "search") for c in CASES if c[2].get("state_bits")]
+
+
+@pytest.mark.parametrize("name,hyper,opts,dtype,which", ROWS, ids=_id)
+def test_variants_match_the_plain_driver(name, hyper, opts, dtype, which, device):
     params = _params(dtype)
     kw = dict(hyper, **opts, **DTYPES[dtype], min_quantized_size=1) if opts else dict(hyper, **DTYPES[dtype])
     want_p, want_s = _run(_variant(name, OFF), params, kw, device)
-    for sw in VARIANTS + (QVARIANTS if opts.get("state_bits") else []):
+    for sw in {"variants": VARIANTS, "driver": VARIANTS + QDRIVER, "search": QSEARCH}[which]:
         if sw.get("SUBGROUPS") and "subgroups" not in device.features:
             continue
         got_p, got_s = _run(_variant(name, sw), params, kw, device)
