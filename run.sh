@@ -3,7 +3,8 @@
 #   ./run.sh demo [args]   trains the spiral demo with a GPU optimizer (examples/train_spirals.py)
 #   ./run.sh test [args]   checks every shipped shader (rlx-gpu check-shaders --validator all), then runs
 #                          the test suite (pytest over pytest-xdist workers: RLX_GPU_TEST_WORKERS, default one a
-#                          core up to 4; GPU tests on whatever adapter is found) on wgpu-native, then
+#                          core up to 4; then the tests marked serial, alone; GPU tests on whatever adapter is
+#                          found) on wgpu-native, then
 #                          its GPU tests (-m gpu: the rest does not touch an implementation) on Dawn where Dawn
 #                          finds an adapter (on Debian 12 as root: after installing Mesa 25 from
 #                          bookworm-backports; elsewhere the reason is printed and Dawn is skipped)
@@ -66,14 +67,21 @@ case "$what" in
   test) "$venv/bin/rlx-gpu" check-shaders --validator all --quiet
         rc=0
         # pytest-xdist: one worker a core, at most 4 (each holds a device and torch: ~1 GB); RLX_GPU_TEST_WORKERS=0
-        # runs the suite in this process
+        # runs the suite in this process; the tests marked serial (timing against a control: the soak) then run
+        # alone, in one process
         workers=${RLX_GPU_TEST_WORKERS:-$(n=$(nproc 2>/dev/null || echo 1); echo $(( n < 4 ? n : 4 )))}
-        par=(-n "$workers" --dist worksteal)
+        suite() {  # suite IMPLEMENTATION MARKS [args]: both passes; pytest's 5 (nothing selected) only if both are
+          local impl=$1 marks=$2 a=0 b=0; shift 2
+          RLX_GPU_IMPLEMENTATION=$impl "$py" -m pytest -n "$workers" --dist worksteal -m "$marks not serial" "$@" || a=$?
+          RLX_GPU_IMPLEMENTATION=$impl "$py" -m pytest -m "$marks serial" "$@" || b=$?
+          if [ "$a" = 5 ] && [ "$b" = 5 ]; then return 5; fi
+          for x in "$a" "$b"; do [ "$x" = 0 ] || [ "$x" = 5 ] || return "$x"; done
+        }
         echo "run.sh: the test suite on wgpu-native ($workers workers)" >&2
-        RLX_GPU_IMPLEMENTATION=wgpu-native "$py" -m pytest "${par[@]}" "$@" || rc=$?
+        suite wgpu-native "" "$@" || rc=$?
         if [ -n "${RLX_GPU_REQUIRE_DAWN:-}" ] || dawn_ready; then  # (CI: a Dawn without adapter fails the run)
           echo "run.sh: the GPU tests on Dawn ($workers workers)" >&2
-          RLX_GPU_IMPLEMENTATION=dawn "$py" -m pytest -m gpu "${par[@]}" "$@" || rc=$?
+          suite dawn "gpu and" "$@" || rc=$?
         fi
         exit "$rc" ;;
   docs) "$py" -c "import mkdocs_gen_files, mkdocs_literate_nav, mkdocstrings_handlers.python, material" 2>/dev/null \

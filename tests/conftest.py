@@ -77,6 +77,8 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a WebGPU adapter (skipped, with the reason, where none exists)")
+    config.addinivalue_line("markers", "serial: times itself against a control; ./run.sh test runs it alone, after the "
+                            "tests it spreads over workers")
 
 
 @pytest.fixture(scope="session")
