@@ -23,7 +23,8 @@ least of the seven lines, no decade), ``+qbin`` (QFORM8 ``"binade"``: of two lin
 ``+qfull``/``-qfull`` (quantized rows: QFULL, their subgroup driver's blocks wholly inside their tensor by a copy of
 the unit without tail masks, or not), ``+qhoist``/``-qhoist`` (QHOIST: that driver reads a tensor's record once
 per run of its blocks and the grads' multiplier once, not every round), ``+qredux``/``-qredux`` (QREDUX: its block
-maxima by subgroupMax/subgroupAny where a subgroup lies within one block), ``+qdecade``, ``+qbisect``
+maxima by subgroupMax/subgroupAny where a subgroup lies within one block), ``+qbtab``/``-qbtab`` (QBTAB: its
+workgroup's block-table rows read once into workgroup memory, not by every round), ``+qdecade``, ``+qbisect``
 and ``-qclosed`` (the forms and the guide search the defaults replaced; a variant whose switches are the default's
 is timed once, under the first name); ``+f16round`` (LAMB's float16 rows: F16ROUND on, the moments as
 the apply pass re-reads them rounded by the hardware's conversion, engine/codegen.py); ``-hvec`` (LAMB's float16
@@ -34,8 +35,8 @@ rows: unpack4_f16 by four scalar h2f calls again, as before it took vector opera
 Optimizer.PTLOADS, the per-tensor passes load 8 partials at once;
 ``+wide``/``-wide`` its 16-bit rows with WIDE the other way from the default); ``ept4`` (the default with four
 vec4s a thread instead of two: AdamW's 16-bit rows and the quantized ones); and the quantized rows' timing-only
-diagnostics ``x-search``, ``x-decode``, ``x-maps`` (results wrong on purpose: ``qdiag.py``). A row that fails to
-build or step prints its error and the others go on; rows past ``--budget-s`` are left out (named at the end).
+diagnostics ``x-search``, ``x-decode``, ``x-maps``, ``x-bmax``, ``x-floor`` (results wrong on purpose:
+``qdiag.py``). A row that fails to build or step prints its error and the others go on; rows past ``--budget-s`` are left out (named at the end).
 Bytes per step: ``rlx-gpu bench``'s ``min_bytes``.
 """
 from __future__ import annotations
@@ -74,8 +75,8 @@ def variants(opt: str, precision: str) -> list:
     low = precision != "fp32"
     if opt in QUANTIZED:
         forms = [v for v, (b, _) in QFORMS.items() if b == (8 if opt == "adamw8bit" else 4)]
-        return out + ["+qfull", "-qfull", "+qhoist", "-qhoist", "+qredux", "-qredux", "+qdirect", "ept4", "-qclosed",
-                      "+qclosed", "qclosed-ept4", "qclosed-qept4", *forms, *DIAGNOSTICS]
+        return out + ["+qfull", "-qfull", "+qhoist", "-qhoist", "+qredux", "-qredux", "+qbtab", "-qbtab", "+qdirect",
+                      "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4", *forms, *DIAGNOSTICS]
     if low and opt in ("adamw", "sgd", "lion", "lamb", "mars"):
         out += ["-wide", "-full"] + (["-vpack"] if precision.startswith("bf16") else []) + (["ept4"] if opt == "adamw"
                                                                                           else [])
@@ -232,8 +233,8 @@ def groups(args) -> list:
 
 
 COLUMNS = ("off", "default", "-wide", "+wide", "-full", "-vpack", "-subgroups", "+f16round", "-f16round", "-hvec",
-           "+qfull", "-qfull", "+qhoist", "-qhoist", "+qredux", "-qredux", "-merge", "-rowcols", "finish1", "finish8",
-           "+recip", "-recip", "+ptloads", "-ptloads",
+           "+qfull", "-qfull", "+qhoist", "-qhoist", "+qredux", "-qredux", "+qbtab", "-qbtab", "-merge", "-rowcols",
+           "finish1", "finish8", "+recip", "-recip", "+ptloads", "-ptloads",
            "+qdirect", "ept4", "-qclosed", "+qclosed", "qclosed-ept4", "qclosed-qept4", *QFORMS, *DIAGNOSTICS)
 
 

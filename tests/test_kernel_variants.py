@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 SIZES = [1, 5, 8, 9, (3, 7), 255, 257, 2049, 2600, (65, 64), 4097, 9000, 16385]
 OFF = dict(WIDE=False, FULL=False, SUBGROUPS=False, VPACK=False, QDIRECT=False, QCLOSED=False, F16ROUND=False,
-           QFULL=False, QHOIST=False, QREDUX=False)
+           QFULL=False, QHOIST=False, QREDUX=False, QBTAB=False)
 VARIANTS = [dict(OFF, WIDE=True), dict(OFF, FULL=True), dict(OFF, VPACK=True), dict(OFF, SUBGROUPS=True),
             dict(OFF, QDIRECT=True), dict(OFF, SUBGROUPS=True, QDIRECT=True),
             dict(WIDE=True, FULL=True, SUBGROUPS=True, VPACK=True, QDIRECT=True, QCLOSED=True, F16ROUND=True), {}]  # ({}: defaults)
@@ -36,8 +36,8 @@ QDRIVER = [dict(OFF, QCLOSED=True), dict(OFF, SUBGROUPS=True, QCLOSED=True), {"E
            dict(OFF, QCLOSED=True, QDIRECT=True, EPT=4), {"QEPT": 4}, dict(OFF, QEPT=4),
            dict(OFF, SUBGROUPS=True, QCLOSED=True, QEPT=4),
            dict(OFF, SUBGROUPS=True, QCLOSED=True, QFULL=True), dict(OFF, SUBGROUPS=True, QCLOSED=True, QHOIST=True),
-           dict(OFF, SUBGROUPS=True, QCLOSED=True, QREDUX=True), {"QFULL": False}, {"QHOIST": False},
-           {"QREDUX": False}]
+           dict(OFF, SUBGROUPS=True, QCLOSED=True, QREDUX=True), dict(OFF, SUBGROUPS=True, QCLOSED=True, QBTAB=True),
+           {"QFULL": False}, {"QHOIST": False}, {"QREDUX": False}, {"QBTAB": True}]
 QSEARCH = [{"QFORM8": "decade", "QFORM4": "bisect"}, dict(OFF, QCLOSED=True, QFORM8="log", QFORM4="linear"),
            {"QFORM8": "calc"}, dict(OFF, SUBGROUPS=True, QCLOSED=True, QFORM8="calc", QFORM4="linear", EPT=4),
            dict(OFF, SUBGROUPS=True, QFULL=True, QCLOSED=True, QFORM8="min"), {"QFORM8": "binade", "QEPT": 4},

@@ -1,5 +1,5 @@
-"""benchmarks/qdiag.py, the timing-only rewrites of ``kernel_variants.py``'s x-search, x-decode and x-maps: each
-applies to the module of every closed form the quantized buckets can take (the scalar searches ``q_code_<tag>``
+"""benchmarks/qdiag.py, the timing-only rewrites of ``kernel_variants.py`` (x-search, x-decode, x-maps, x-bmax,
+x-floor): each applies to the module of every closed form the quantized buckets can take (the scalar searches ``q_code_<tag>``
 and vlog's four-value ``q_code4_<tag>``), the rewritten module compiles and steps, and a rewrite that matches
 nothing raises (a diagnostic that rewrote nothing would time the default under another name)."""
 from pathlib import Path
@@ -48,7 +48,7 @@ def test_a_rewrite_that_matches_nothing_raises():
             qd.rewrite("fn main() {}", which)
 
 
-@pytest.mark.parametrize("which", ["x-search", "x-maps"])
+@pytest.mark.parametrize("which", ["x-search", "x-maps", "x-bmax", "x-floor"])
 def test_the_default_rewritten_compiles_and_steps(which, device):
     """The default 8-bit class (its QFORM8) through the rewrite, as kernel_variants builds it: it compiles and
     steps; its values are wrong on purpose, so only that they are finite is checked."""

@@ -47,7 +47,9 @@ class Emit:
     inside its tensor run by a copy of the unit without tail masks (the same bits); ``qhoist`` (the same driver):
     the grads' multiplier and a tensor's record read once, not every round (the same words); ``qredux`` (the same
     driver): a subgroup's part of a block's maximum by one ``subgroupMax`` (its +inf flag by ``subgroupAny``)
-    where the subgroup lies within one block, not log2(subgroup size) shuffles."""
+    where the subgroup lies within one block, not log2(subgroup size) shuffles; ``qbtab`` (the same driver): the
+    workgroup's QK block-table rows (and their tensors' ACTIVE flags) read once into workgroup memory before the
+    maps' barrier, so a round's loads do not wait on two dependent loads of its block (the same words)."""
     wide: bool = False
     full: bool = False
     subgroups: bool = False
@@ -61,12 +63,13 @@ class Emit:
     qfull: bool = False
     qhoist: bool = False
     qredux: bool = False
+    qbtab: bool = False
 
 
 PLAIN = Emit()
 PRECISIONS = ("float32", "bfloat16", "float16", "bfloat16+master", "float16+master")
 SWITCHES = ("WIDE", "FULL", "SUBGROUPS", "VPACK", "QDIRECT", "QCLOSED", "F16ROUND",
-            "PTLOADS", "QFULL", "QHOIST", "QREDUX")  # the Optimizer class attributes that pick an Emit
+            "PTLOADS", "QFULL", "QHOIST", "QREDUX", "QBTAB")  # the Optimizer class attributes that pick an Emit
 
 
 def switch(value, precision: str, name: str = "switch", qbits: int = 0) -> bool:

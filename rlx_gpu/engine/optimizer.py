@@ -81,6 +81,7 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
     QFULL = True  # quantized buckets' subgroup driver: whole blocks without tail masks (H100: +4-5%, PERF_NOTES 78)
     QHOIST = True  # the same driver: the record read once per tensor, not per round (H100: -1 to -4%, PERF_NOTES 82)
     QREDUX = True  # the same driver: block maxima by subgroupMax in a block's subgroups (8-bit -4/-6%, PERF_NOTES 82)
+    QBTAB = False  # the same driver: a workgroup's block rows read once into workgroup memory (PERF_NOTES 85)
     constants: dict = {}   # further WGSL override constants of the shader
     on_device = True
     extra_kwargs: tuple = ()  # constructor keywords beyond the hyperparameters and options (Kron's probe)
@@ -202,7 +203,8 @@ class Optimizer(QatMixin, StepMixin, SparseMixin, ReduceMixin, StateMixin, HostI
                     qdirect=on["QDIRECT"] and bool(sig.qbits), qclosed=on["QCLOSED"] and bool(sig.qbits),
                     qform=self.QFORM8 if sig.qbits == 8 else self.QFORM4, hround=on["F16ROUND"],
                     ptloads=on["PTLOADS"], qfull=on["QFULL"] and bool(sig.qbits),
-                    qhoist=on["QHOIST"] and bool(sig.qbits), qredux=on["QREDUX"] and bool(sig.qbits))
+                    qhoist=on["QHOIST"] and bool(sig.qbits), qredux=on["QREDUX"] and bool(sig.qbits),
+                    qbtab=on["QBTAB"] and bool(sig.qbits))
 
     def _kernel(self, bucket, entry: str):
         key = (bucket.sig, tuple(bucket.states), entry)

@@ -39,7 +39,7 @@ def q_elementwise(p, present, signs: dict, bits: int, ept: int, emit: Emit = PLA
     reads = [s for s in p.reads if s in present]
     writes = [s for s in p.writes if s in present]
     if emit.subgroups:
-        return _subgroup(p, reads, writes, signs, bits, emit.qfull, emit.qhoist)
+        return _subgroup(p, reads, writes, signs, bits, emit.qfull, emit.qhoist, emit.qbtab)
     return _atomics(p, reads, writes, signs, bits, ept, any(not signs[s] for s in present if s in signs))
 
 
@@ -110,25 +110,34 @@ def _atomic_stores(s_: str, j: int, signed: bool, bits: int, ept: int) -> list:
     return L + [f"        if (inb0 && {ok} && (lid % QTPB) == 0u) {{ {s_}_q[q_base(i0) + QS - 1u] = a0_{s_}; }}"]
 
 
-def _subgroup(p, reads, writes, signs, bits: int, full: bool = False, hoist: bool = False) -> str:
+def _subgroup(p, reads, writes, signs, bits: int, full: bool = False, hoist: bool = False, btab: bool = False) -> str:
     """Rounds of one unit per thread: QTPB = QB/8 consecutive places (``v``, subgroup-ordered) per block, EPT/2
     rounds per engine block. ``full`` (``Emit.qfull``): an engine block wholly inside its tensor takes a copy of the
     unit without tail masks (the same operations on every element it keeps, so the same bits). ``hoist``
     (``Emit.qhoist``): the grads' multiplier read once before the rounds, a tensor's record once per run of its
-    blocks (the same words: nothing in a quantized pass writes the hyper buffer) where each round read both."""
+    blocks (the same words: nothing in a quantized pass writes the hyper buffer) where each round read both.
+    ``btab`` (``Emit.qbtab``): the workgroup's QK rows of :func:`q_block` read by its first QK threads into
+    workgroup memory before the maps' barrier, each round's from there (the same words, read-only in the pass);
+    with ``hoist`` the first block's record and the multiplier are read before that barrier too."""
     first = ["    let gm = grad_mul();"] if hoist and p.grad else []
     rec = ["        let t = select(0u, blk.tensor, blk.tensor != NONE);",
            "        if (t != rt) { r = rec(t); rt = t; }  // (no barrier or shuffle under it)"] \
         if hoist else ["        let r = rec(select(0u, blk.tensor, blk.tensor != NONE));"]
     grad = [x for x in _grad(p, "        ") if not (hoist and "grad_mul()" in x)]
-    L = signature(p.kernel, True) + [
+    tab = f"qbt_{p.kernel}"
+    state = ["    var rt = NONE;", "    var r = Rec();"] if hoist else []
+    if btab and hoist:  # (the first block's record read before the barrier too: r as the first round leaves it)
+        state = ["    let b0 = q_block(w0);", "    var rt = select(0u, b0.tensor, b0.tensor != NONE);",
+                 "    var r = rec(rt);"]
+    early = [f"    if (lid < QK) {{ {tab}[lid] = q_block(w0 + lid); }}"] + first + state if btab else []
+    L = ([f"var<workgroup> {tab}: array<Block, QK>;"] if btab else []) + signature(p.kernel, True) + [
+        "    let w0 = (wid.x + wid.y * nwg.x) * QK;"] + early + [
         "    q_load_maps(lid);  // (ends in a barrier)",
         "    let zero = vec4<f32>(0.0);",
-        "    let v = sgi * sgs + sgl;  // this thread's place: QTPB consecutive places are one block's",
-        "    let w0 = (wid.x + wid.y * nwg.x) * QK;"] + first + (["    var rt = NONE;", "    var r = Rec();"]
-                                                              if hoist else []) + [
+        "    let v = sgi * sgs + sgl;  // this thread's place: QTPB consecutive places are one block's"] + (
+        [] if btab else first + state) + [
         "    for (var it = 0u; it < QK * (EPT / 2u); it++) {",
-        "        let blk = q_block(w0 + it / (EPT / 2u));"] + rec + [
+        f"        let blk = {tab + '[it / (EPT / 2u)]' if btab else 'q_block(w0 + it / (EPT / 2u))'};"] + rec + [
         f"        let live = {_live(p)};"] + grad + [
         "        let j = blk.first / 2u + (it % (EPT / 2u)) * WG + v;",
         "        let inb = live && 8u * j < blk.end;",
