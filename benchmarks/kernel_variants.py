@@ -36,7 +36,8 @@ Optimizer.PTLOADS, the per-tensor passes load 8 partials at once;
 ``+wide``/``-wide`` its 16-bit rows with WIDE the other way from the default); ``ept4`` (the default with four
 vec4s a thread instead of two: AdamW's 16-bit rows and the quantized ones); and the quantized rows' timing-only
 diagnostics ``x-search``, ``x-decode``, ``x-maps``, ``x-bmax``, ``x-floor`` (results wrong on purpose:
-``qdiag.py``). A row that fails to build or step prints its error and the others go on; rows past ``--budget-s`` are left out (named at the end).
+``qdiag.py``). A row that fails to build or step prints its error and the others go on; rows past ``--budget-s``
+are left out (named at the end).
 Bytes per step: ``rlx-gpu bench``'s ``min_bytes``.
 """
 from __future__ import annotations

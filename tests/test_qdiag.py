@@ -1,7 +1,7 @@
 """benchmarks/qdiag.py, the timing-only rewrites of ``kernel_variants.py`` (x-search, x-decode, x-maps, x-bmax,
-x-floor): each applies to the module of every closed form the quantized buckets can take (the scalar searches ``q_code_<tag>``
-and vlog's four-value ``q_code4_<tag>``), the rewritten module compiles and steps, and a rewrite that matches
-nothing raises (a diagnostic that rewrote nothing would time the default under another name)."""
+x-floor): each applies to the module of every closed form the quantized buckets can take (the scalar searches
+``q_code_<tag>`` and vlog's four-value ``q_code4_<tag>``), the rewritten module compiles and steps, and a rewrite
+that matches nothing raises (a diagnostic that rewrote nothing would time the default under another name)."""
 from pathlib import Path
 
 import numpy as np
