@@ -23,30 +23,37 @@ _SEARCH = re.compile(r"(fn q_code_([su])\(v: f32, a: f32, inv: f32\) -> u32 \{\n
 _SEARCH4 = re.compile(r"(fn q_code4_([su])\(v: vec4<f32>, a: f32, inv: f32\) -> vec4<u32> \{\n)(.*?)(\n\})", re.S)
 _DECODE = re.compile(r"vec4<f32>\(q_m_([su])\(c\.x\), q_m_\1\(c\.y\), q_m_\1\(c\.z\), q_m_\1\(c\.w\)\)")
 _BMAX = re.compile(r"(fn q_bmax\(k0: vec2<u32>, [^)]*\) -> vec2<u32> \{\n)(.*?)(\n\})", re.S)
-DIAGNOSTICS = ("x-search", "x-decode", "x-maps", "x-bmax", "x-floor")
+# what each diagnostic takes out of the module; one without "search" or "decode" left reads no map (QDIRECT)
+PARTS = {"x-search": ("search",), "x-decode": ("decode",), "x-maps": ("search", "decode"), "x-bmax": ("bmax",),
+         "x-floor": ("search", "decode", "bmax")}
+DIAGNOSTICS = tuple(PARTS)
+
+
+def _search(out: str) -> tuple:
+    out, n = _SEARCH.subn(lambda m: m.group(1) + "    return min(u32(abs(v * inv) * f32(QN - 1u)), QN - 1u);"
+                          + m.group(4), out)
+    out, n4 = _SEARCH4.subn(lambda m: m.group(1) + "    return min(vec4<u32>(abs(v * inv) * f32(QN - 1u)), "
+                            "vec4<u32>(QN - 1u));" + m.group(4), out)
+    return out, n + n4
+
+
+_REWRITES = {"search": _search,
+             "decode": lambda out: _DECODE.subn("(vec4<f32>(c) * (1.0 / f32(QN)))", out),
+             "bmax": lambda out: _BMAX.subn(lambda m: m.group(1) + "    return k0;" + m.group(3), out)}
 
 
 def rewrite(text: str, which: str) -> str:
     """The module ``text`` with the diagnostic ``which`` applied (an error if the driver's text has changed so the
     rewrite no longer applies: a diagnostic that rewrote nothing would time the default under another name)."""
-    out, n_s, n_d = text, 0, 0
-    if which in ("x-bmax", "x-floor"):
-        out, n_b = _BMAX.subn(lambda m: m.group(1) + "    return k0;" + m.group(3), out)
-        if not n_b:
-            raise RuntimeError(f"qdiag {which}: the quantized driver's text no longer matches the rewrite")
-        if which == "x-bmax":
+    out, parts = text, PARTS.get(which, ())
+    for part in parts:
+        out, n = _REWRITES[part](out)
+        if not n:
+            break
+    else:
+        if parts:
             return out
-    if which in ("x-search", "x-maps", "x-floor"):
-        out, n_s = _SEARCH.subn(lambda m: m.group(1) + "    return min(u32(abs(v * inv) * f32(QN - 1u)), QN - 1u);"
-                                + m.group(4), out)
-        out, n4 = _SEARCH4.subn(lambda m: m.group(1) + "    return min(vec4<u32>(abs(v * inv) * f32(QN - 1u)), "
-                                "vec4<u32>(QN - 1u));" + m.group(4), out)
-        n_s += n4
-    if which in ("x-decode", "x-maps", "x-floor"):
-        out, n_d = _DECODE.subn("(vec4<f32>(c) * (1.0 / f32(QN)))", out)
-    if (which != "x-decode" and not n_s) or (which != "x-search" and not n_d):
-        raise RuntimeError(f"qdiag {which}: the quantized driver's text no longer matches the rewrite")
-    return out
+    raise RuntimeError(f"qdiag {which}: the quantized driver's text no longer matches the rewrite")
 
 
 def rewritten_class(base: type, attrs: dict, fn, quantized_only: bool = False) -> type:
@@ -60,5 +67,5 @@ def rewritten_class(base: type, attrs: dict, fn, quantized_only: bool = False) -
 
 def diagnostic_class(base: type, which: str, attrs: dict) -> type:
     """A subclass of optimizer class ``base`` (with the class attributes ``attrs``) whose modules are rewritten."""
-    extra = {"QDIRECT": True} if which in ("x-maps", "x-floor") else {}
+    extra = {"QDIRECT": True} if {"search", "decode"} <= set(PARTS[which]) else {}
     return rewritten_class(base, {**attrs, **extra}, lambda text: rewrite(text, which), quantized_only=True)

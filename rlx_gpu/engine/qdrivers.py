@@ -129,13 +129,14 @@ def _subgroup(p, reads, writes, signs, bits: int, full: bool = False, hoist: boo
     if btab and hoist:  # (the first block's record read before the barrier too: r as the first round leaves it)
         state = ["    let b0 = q_block(w0);", "    var rt = select(0u, b0.tensor, b0.tensor != NONE);",
                  "    var r = rec(rt);"]
-    early = [f"    if (lid < QK) {{ {tab}[lid] = q_block(w0 + lid); }}"] + first + state if btab else []
+    pre = first + state  # (with btab before the maps' barrier, after the table's reads; else after it)
     L = ([f"var<workgroup> {tab}: array<Block, QK>;"] if btab else []) + signature(p.kernel, True) + [
-        "    let w0 = (wid.x + wid.y * nwg.x) * QK;"] + early + [
+        "    let w0 = (wid.x + wid.y * nwg.x) * QK;"] + (
+        [f"    if (lid < QK) {{ {tab}[lid] = q_block(w0 + lid); }}"] + pre if btab else []) + [
         "    q_load_maps(lid);  // (ends in a barrier)",
         "    let zero = vec4<f32>(0.0);",
         "    let v = sgi * sgs + sgl;  // this thread's place: QTPB consecutive places are one block's"] + (
-        [] if btab else first + state) + [
+        [] if btab else pre) + [
         "    for (var it = 0u; it < QK * (EPT / 2u); it++) {",
         f"        let blk = {tab + '[it / (EPT / 2u)]' if btab else 'q_block(w0 + it / (EPT / 2u))'};"] + rec + [
         f"        let live = {_live(p)};"] + grad + [
